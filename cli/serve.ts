@@ -1,0 +1,60 @@
+// `sluice serve`: builds the gateway from configuration and environment (CONTRACT §2–3), listens,
+// and on SIGTERM or SIGINT stops accepting, lets open streams finish within a grace period,
+// flushes every row and exits 0. Start-up problems with the configuration exit 78.
+
+import { resolve } from 'node:path';
+import { loadConfig } from '../lib/config.ts';
+import type { Counters } from '../lib/counters/counters.ts';
+import { MemoryCounters } from '../lib/counters/memory.ts';
+import { createLogger } from '../lib/log.ts';
+import { createGateway, VERSION } from '../lib/server.ts';
+import { openStore } from '../lib/store/open.ts';
+import { UsageError } from './errors.ts';
+
+export function parseListen(value: string): { host: string; port: number } {
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:\s]+)):(\d{1,5})$/.exec(value.trim());
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port > 65535) throw new UsageError(`--listen must be HOST:PORT (e.g. 127.0.0.1:8080 or [::1]:8080), got "${value}"`);
+  return { host: m[1] ?? m[2], port };
+}
+
+export async function openCounters(env: NodeJS.ProcessEnv, log: ReturnType<typeof createLogger>): Promise<Counters> {
+  if (env.SLUICE_REDIS_URL) {
+    const { RedisCounters } = await import('../lib/counters/redis.ts');
+    return new RedisCounters({ url: env.SLUICE_REDIS_URL, log });
+  }
+  return new MemoryCounters();
+}
+
+export async function serve(opts: { config: string; listen: string; env?: NodeJS.ProcessEnv; graceMs?: number }): Promise<void> {
+  const env = opts.env ?? process.env;
+  const { host, port } = parseListen(opts.listen);
+  const config = loadConfig(resolve(opts.config));
+  const log = createLogger(env.SLUICE_LOG_LEVEL);
+  const dataDir = resolve(env.SLUICE_DATA_DIR ?? './data');
+  const store = await openStore({ databaseUrl: env.SLUICE_DATABASE_URL, dataDir });
+  const counters = await openCounters(env, log);
+  if (store.kind === 'postgres' && counters.kind === 'memory') {
+    log.warn('Postgres without Redis: limits, budgets and the IP block are counted per process, so run a single instance only (set SLUICE_REDIS_URL to scale out)');
+  }
+  const timeoutS = Number(env.SLUICE_UPSTREAM_TIMEOUT_S ?? 300);
+  if (!(timeoutS > 0)) throw new UsageError(`SLUICE_UPSTREAM_TIMEOUT_S must be a positive number of seconds, got "${env.SLUICE_UPSTREAM_TIMEOUT_S}"`);
+  const gateway = await createGateway({ config, store, counters, log, env, dataDir, upstreamTimeoutMs: timeoutS * 1000 });
+  const addr = await gateway.listen(host, port);
+  log.info({ version: VERSION, listen: `${addr.address}:${addr.port}`, store: store.kind, counters: counters.kind, profiles: [...config.profiles.keys()] }, 'sluice listening');
+
+  process.on('unhandledRejection', (err) => log.error({ err: String(err) }, 'unhandled rejection'));
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, 'shutting down: no new connections, open streams may finish');
+    await gateway.close(opts.graceMs ?? Number(env.SLUICE_SHUTDOWN_GRACE_S ?? 10) * 1000);
+    await counters.close();
+    await store.close();
+    log.info('stopped; every row flushed');
+    process.exit(0);
+  };
+  process.once('SIGTERM', () => void stop('SIGTERM'));
+  process.once('SIGINT', () => void stop('SIGINT'));
+}

@@ -1,0 +1,114 @@
+#!/usr/bin/env node
+// The `sluice` command: the gateway (`serve`), the admin tool on the server (`keys …`), the
+// simulated router (`simulate`) and client set-up (`setup --proxy`). Wiring only: each command's
+// work lives in its own module. Exit codes: 0 done, 1 failed, 2 bad usage, 78 bad configuration.
+// Nothing here prints a secret except `keys create`, which prints the new key once on stdout.
+
+import { resolve } from 'node:path';
+import yargs from 'yargs';
+import { hideBin } from 'yargs/helpers';
+import { ConfigError, loadConfig } from '../lib/config.ts';
+import { openStore } from '../lib/store/open.ts';
+import { UsageError } from './errors.ts';
+import { createKey, formatKeyTable, listKeys, revokeKey } from './keys.ts';
+import { parseListen, serve } from './serve.ts';
+
+const env = process.env;
+const configOpt = { type: 'string', default: env.SLUICE_CONFIG_DIR ?? './config', describe: 'directory holding profiles.yaml and tiers.yaml' } as const;
+
+async function withStore<T>(configDir: string, fn: (store: Awaited<ReturnType<typeof openStore>>, config: ReturnType<typeof loadConfig>) => Promise<T>): Promise<T> {
+  const config = loadConfig(resolve(configDir));
+  const store = await openStore({ databaseUrl: env.SLUICE_DATABASE_URL, dataDir: resolve(env.SLUICE_DATA_DIR ?? './data') });
+  try {
+    return await fn(store, config);
+  } finally {
+    await store.close();
+  }
+}
+
+const cli = yargs(hideBin(process.argv))
+  .scriptName('sluice')
+  .strict()
+  .demandCommand(1, 'name a command')
+  .recommendCommands()
+  .command('serve', 'run the gateway', (y) => y
+    .option('config', configOpt)
+    .option('listen', { type: 'string', default: env.SLUICE_LISTEN ?? '127.0.0.1:8080', describe: 'HOST:PORT to listen on' }),
+  (a) => serve({ config: a.config, listen: a.listen }))
+  .command('keys', 'manage client keys', (y) => y
+    .command('create', 'create a key and print it once', (k) => k
+      .option('profile', { type: 'string', demandOption: true })
+      .option('name', { type: 'string', demandOption: true })
+      .option('expires', { type: 'string', describe: 'YYYY-MM-DD: the key stops working at 00:00 UTC that day' })
+      .option('ip', { type: 'string', array: true, describe: 'allowed client IP or CIDR (repeatable)' })
+      .option('config', configOpt),
+    async (a) => {
+      const key = await withStore(a.config, (store, config) => createKey(store, config, { profile: a.profile, name: a.name, expires: a.expires, ip: a.ip }));
+      process.stderr.write(`created a key for profile ${a.profile} (${a.name}); it is shown only this once:\n`);
+      process.stdout.write(`${key}\n`);
+    })
+    .command('list', 'list keys (never the keys themselves)', (k) => k
+      .option('profile', { type: 'string' })
+      .option('json', { type: 'boolean', default: false })
+      .option('config', configOpt),
+    async (a) => {
+      const rows = await withStore(a.config, (store) => listKeys(store, a.profile));
+      process.stdout.write(a.json ? `${JSON.stringify(rows, null, 2)}\n` : rows.length ? `${formatKeyTable(rows)}\n` : '');
+      if (!a.json && rows.length === 0) process.stderr.write('no keys\n');
+    })
+    .command('revoke', 'revoke the active key of a profile and name', (k) => k
+      .option('profile', { type: 'string', demandOption: true })
+      .option('name', { type: 'string', demandOption: true })
+      .option('config', configOpt),
+    async (a) => {
+      const prefix = await withStore(a.config, (store) => revokeKey(store, { profile: a.profile, name: a.name }));
+      process.stderr.write(`revoked ${prefix}; running servers refuse it within 60 s\n`);
+    })
+    .demandCommand(1, 'name a keys command: create, list or revoke'))
+  .command('simulate', 'run the simulated router (for tests, benchmarks and demos)', (y) => y
+    .option('listen', { type: 'string', default: '127.0.0.1:9090' })
+    .option('provisioning-key', { type: 'string', describe: 'the management key its /api/v1/keys API accepts (default: SLUICE_PROVISIONING_KEY)' }),
+  async (a) => {
+    const { startSimulatedRouter } = await import('../lib/simulated-router.ts');
+    const { host, port } = parseListen(a.listen);
+    const sim = await startSimulatedRouter({ host, port, provisioningKey: a['provisioning-key'] ?? env.SLUICE_PROVISIONING_KEY, record: false });
+    process.stderr.write(`simulated router listening on ${sim.url} (point a router url at it)\n`);
+    const stop = () => void sim.close().then(() => process.exit(0));
+    process.once('SIGTERM', stop);
+    process.once('SIGINT', stop);
+  })
+  .command('setup', 'print shell settings that point clients at sluice', (y) => y
+    .option('proxy', { type: 'boolean', demandOption: true, describe: 'print the exports for using sluice as the clients\' base URL' })
+    .option('url', { type: 'string', default: `http://${env.SLUICE_LISTEN ?? '127.0.0.1:8080'}` })
+    .option('key', { type: 'string', default: '$SLUICE_KEY', describe: 'the client key (default: a $SLUICE_KEY reference, so no key lands in shell history)' }),
+  (a) => {
+    const base = a.url.replace(/\/+$/, '');
+    process.stdout.write([
+      `export ANTHROPIC_BASE_URL=${base}`,
+      `export ANTHROPIC_AUTH_TOKEN=${a.key}`,
+      `export ANTHROPIC_API_KEY=`,
+      `export OPENAI_BASE_URL=${base}/v1`,
+      `export OPENAI_API_KEY=${a.key}`,
+      '',
+    ].join('\n'));
+  })
+  .fail((msg, err) => {
+    if (err) throw err;
+    process.stderr.write(`sluice: ${msg}\nRun with --help for usage.\n`);
+    process.exit(2);
+  });
+
+try {
+  await cli.parseAsync();
+} catch (err) {
+  if (err instanceof ConfigError) {
+    process.stderr.write(`sluice: ${err.message}\n`);
+    process.exit(78);
+  }
+  if (err instanceof UsageError) {
+    process.stderr.write(`sluice: ${err.message}\n`);
+    process.exit(err.exitCode);
+  }
+  process.stderr.write(`sluice: ${(err as Error).message}\n`);
+  process.exit(1);
+}

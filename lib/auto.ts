@@ -1,0 +1,121 @@
+// `sluice/auto`: a small decision model picks one ladder tier per session (CONTRACT §6). The
+// decision is a chat call to `auto.decision_model` on the profile's router with the profile's key,
+// kept per session in Counters for `session_ttl_minutes`. A timeout, an error or an answer naming
+// no ladder tier means the profile's default tier. The decision's own cost is recorded as a row.
+
+import { randomUUID } from 'node:crypto';
+import type { Logger } from 'pino';
+import { estimateCost, withSlash, type Catalog } from './catalog.ts';
+import type { AutoConfig } from './config.ts';
+import type { Ctx } from './context.ts';
+import type { Counters } from './counters/counters.ts';
+import type { RequestRow } from './store/store.ts';
+
+const EXCERPT_CHARS = 4000;
+
+function text(content: unknown): string {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return '';
+  return content.map((b) => (b && typeof b.text === 'string' ? b.text : '')).filter(Boolean).join('\n');
+}
+
+/** The last user turn (the request being routed), cut to a few thousand characters. */
+export function excerpt(body: Record<string, any>): string {
+  const messages = Array.isArray(body.messages) ? body.messages : [];
+  for (let i = messages.length - 1; i >= 0; i--) {
+    if (messages[i]?.role === 'user') {
+      const t = text(messages[i].content);
+      if (t) return t.length > EXCERPT_CHARS ? `${t.slice(0, EXCERPT_CHARS)}…` : t;
+    }
+  }
+  return '';
+}
+
+/** The first ladder tier named in the reply, case-insensitive, as a whole word. */
+export function pickTier(reply: string, ladder: readonly string[]): string | undefined {
+  let best: { tier: string; at: number } | undefined;
+  const lower = reply.toLowerCase();
+  for (const tier of ladder) {
+    const m = new RegExp(`(^|[^a-z0-9-])${tier.replace(/[-]/g, '\\-')}($|[^a-z0-9-])`).exec(lower);
+    if (m && (!best || m.index < best.at)) best = { tier, at: m.index };
+  }
+  return best?.tier;
+}
+
+export class AutoRouter {
+  private readonly auto: AutoConfig;
+  private readonly counters: Counters;
+  private readonly log: Logger;
+  private readonly record: (row: RequestRow) => void;
+  private readonly now: () => number;
+  private readonly catalog: Catalog;
+  private readonly system: string;
+
+  constructor(opts: { auto: AutoConfig; counters: Counters; catalog: Catalog; log: Logger; record: (row: RequestRow) => void; now: () => number }) {
+    this.auto = opts.auto;
+    this.catalog = opts.catalog;
+    this.counters = opts.counters;
+    this.log = opts.log;
+    this.record = opts.record;
+    this.now = opts.now;
+    this.system = `You route requests to a model tier. The tiers, cheapest and weakest first: ${opts.auto.ladder.join(', ')}. ` +
+      'Pick the cheapest tier that will do the task well. Answer with the tier name only.';
+  }
+
+  async decide(ctx: Ctx): Promise<string> {
+    const profile = ctx.profile!;
+    const sessionKey = ctx.session ? `auto:${profile.name}:${ctx.session}` : undefined;
+    if (sessionKey) {
+      const kept = await this.counters.getText(sessionKey);
+      if (kept && this.auto.ladder.includes(kept)) return kept;
+    }
+    const tier = (await this.ask(ctx)) ?? profile.default_tier;
+    if (sessionKey) await this.counters.setText(sessionKey, tier, this.auto.session_ttl_minutes * 60);
+    return tier;
+  }
+
+  private async ask(ctx: Ctx): Promise<string | undefined> {
+    const started = performance.now();
+    const ts = new Date(this.now()).toISOString();
+    let status = 0;
+    let json: any;
+    try {
+      const res = await fetch(new URL('api/v1/chat/completions', withSlash(ctx.router!.url)), {
+        method: 'POST',
+        headers: { authorization: `Bearer ${ctx.upstreamKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: this.auto.decision_model,
+          max_tokens: 16,
+          temperature: 0,
+          messages: [{ role: 'system', content: this.system }, { role: 'user', content: excerpt(ctx.body ?? {}) }],
+        }),
+        signal: AbortSignal.timeout(this.auto.decision_timeout_ms),
+      });
+      status = res.status;
+      json = await res.json().catch(() => undefined);
+    } catch (err) {
+      this.log.warn({ req: ctx.id, err: (err as Error).message }, 'auto decision failed; using the default tier');
+    }
+    const u = json?.usage ?? {};
+    if (status > 0) {
+      const tokens = { input_tokens: Number(u.prompt_tokens) || 0, output_tokens: Number(u.completion_tokens) || 0, cache_read_tokens: 0, cache_write_tokens: 0 };
+      const prices = this.catalog.prices(ctx.profile!.router, this.auto.decision_model);
+      this.record({
+        id: randomUUID(), ts, endpoint: 'chat', profile: ctx.profile!.name, key_prefix: ctx.key!.row.prefix,
+        end_user: ctx.endUser, session: ctx.session, run: ctx.run, tier: 'auto-decision',
+        requested_model: this.auto.decision_model, model: typeof json?.model === 'string' ? json.model : this.auto.decision_model,
+        stream: false, status, outcome: status < 400 ? 'ok' : 'upstream_error',
+        ...tokens, reasoning_tokens: 0,
+        cost_usd: typeof u.cost === 'number' ? u.cost : prices ? estimateCost(tokens, prices) : 0,
+        cost_source: typeof u.cost === 'number' ? 'upstream' : 'estimate',
+        provider: typeof json?.provider === 'string' ? json.provider : null, degradation: 'none',
+        generation_id: typeof json?.id === 'string' ? json.id : null, ttfb_ms: null,
+        duration_ms: Math.round(performance.now() - started), overhead_ms: null, tools: [],
+      });
+    }
+    const reply = json?.choices?.[0]?.message?.content;
+    const tier = typeof reply === 'string' ? pickTier(reply, this.auto.ladder) : undefined;
+    if (status > 0 && !tier) this.log.warn({ req: ctx.id, status }, 'auto decision named no ladder tier; using the default tier');
+    return tier;
+  }
+}

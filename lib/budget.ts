@@ -1,0 +1,116 @@
+// Budget spend per profile and UTC window, and the degradation state it implies (spec "Budget
+// degradation"). Spend lives in Counters as integer micro-USD, one counter per profile per UTC
+// day and per UTC month, seeded from the store when missing (restarts, new instances) and
+// reconciled with it periodically. The clock is injected so tests cross midnights and month ends.
+
+import type { Profile } from './config.ts';
+import type { Counters } from './counters/counters.ts';
+import type { Degradation, Store } from './store/store.ts';
+
+const DAY_TTL_S = 2 * 86_400;
+const MONTH_TTL_S = 32 * 86_400;
+
+export interface BudgetState {
+  day_usd: number;
+  month_usd: number;
+  percent: number;
+  degradation: Degradation;
+  blocked: boolean;
+  /** Seconds until the window that blocks resets (only meaningful when blocked). */
+  retryAfterS: number;
+  /** ISO time at which the current day window resets. */
+  dayResetAt: string;
+  monthResetAt: string;
+}
+
+export function windows(now: number) {
+  const d = new Date(now);
+  const dayStart = Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate());
+  const monthStart = Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
+  const dayEnd = dayStart + 86_400_000;
+  const monthEnd = Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
+  const day = new Date(dayStart).toISOString().slice(0, 10);
+  const month = day.slice(0, 7);
+  return { dayStart, dayEnd, monthStart, monthEnd, day, month };
+}
+
+export function micro(usd: number): number {
+  return Math.round(usd * 1e6);
+}
+
+export function degradationFor(percent: number): Degradation | 'blocked' {
+  if (percent >= 100) return 'blocked';
+  if (percent >= 85) return 'max-tokens';
+  if (percent >= 70) return 'fast-only';
+  return 'none';
+}
+
+export class Budget {
+  private readonly counters: Counters;
+  private readonly store: Store;
+  private readonly now: () => number;
+
+  constructor(opts: { counters: Counters; store: Store; now: () => number }) {
+    this.counters = opts.counters;
+    this.store = opts.store;
+    this.now = opts.now;
+  }
+
+  private keys(profile: string, now: number) {
+    const w = windows(now);
+    return { w, dayKey: `spend:day:${profile}:${w.day}`, monthKey: `spend:month:${profile}:${w.month}` };
+  }
+
+  /** Current spend in micro-USD for the day and month windows, seeding from the store when missing. */
+  private async spend(profile: string, now: number): Promise<{ day: number; month: number; w: ReturnType<typeof windows> }> {
+    const { w, dayKey, monthKey } = this.keys(profile, now);
+    let [day, month] = await Promise.all([this.counters.get(dayKey), this.counters.get(monthKey)]);
+    if (day === undefined) day = await this.counters.seed(dayKey, micro(await this.store.spendSince(profile, new Date(w.dayStart).toISOString())), DAY_TTL_S);
+    if (month === undefined) month = await this.counters.seed(monthKey, micro(await this.store.spendSince(profile, new Date(w.monthStart).toISOString())), MONTH_TTL_S);
+    return { day, month, w };
+  }
+
+  async state(profile: Profile): Promise<BudgetState> {
+    const now = this.now();
+    const { day, month, w } = await this.spend(profile.name, now);
+    const dayPct = (day / 1e6 / profile.budget.daily_usd) * 100;
+    const monthPct = (month / 1e6 / profile.budget.monthly_usd) * 100;
+    const percent = Math.max(dayPct, monthPct);
+    const level = degradationFor(percent);
+    const resetAt = monthPct >= 100 ? w.monthEnd : w.dayEnd;
+    return {
+      day_usd: day / 1e6,
+      month_usd: month / 1e6,
+      percent,
+      degradation: level === 'blocked' ? 'max-tokens' : level,
+      blocked: level === 'blocked',
+      retryAfterS: Math.max(3600, Math.ceil((resetAt - now) / 1000)),
+      dayResetAt: new Date(w.dayEnd).toISOString(),
+      monthResetAt: new Date(w.monthEnd).toISOString(),
+    };
+  }
+
+  /** Adds a recorded cost to both windows of the time it was spent. */
+  async add(profile: string, usd: number, at: number): Promise<void> {
+    const amount = micro(usd);
+    if (amount <= 0) return;
+    const { dayKey, monthKey } = this.keys(profile, at);
+    await this.spend(profile, at); // seed first, so the store's earlier spend is not lost
+    await Promise.all([this.counters.incr(dayKey, amount, DAY_TTL_S), this.counters.incr(monthKey, amount, MONTH_TTL_S)]);
+  }
+
+  /** Raises the counters to the store's sums where they fell behind (a counter lost or reset). */
+  async reconcile(profiles: Iterable<string>): Promise<void> {
+    const now = this.now();
+    for (const profile of profiles) {
+      const { w, dayKey, monthKey } = this.keys(profile, now);
+      const { day, month } = await this.spend(profile, now);
+      const [storeDay, storeMonth] = await Promise.all([
+        this.store.spendSince(profile, new Date(w.dayStart).toISOString()),
+        this.store.spendSince(profile, new Date(w.monthStart).toISOString()),
+      ]);
+      if (micro(storeDay) > day) await this.counters.incr(dayKey, micro(storeDay) - day, DAY_TTL_S);
+      if (micro(storeMonth) > month) await this.counters.incr(monthKey, micro(storeMonth) - month, MONTH_TTL_S);
+    }
+  }
+}

@@ -1,0 +1,107 @@
+// The router's model catalog (GET <router>/api/v1/models): each model's output cap and per-token
+// prices. Fetched at start-up and hourly; a failed refresh keeps the last good copy. Lookups are
+// Map reads on the hot path. Prices feed cost estimates for rows the router did not price.
+
+import type { Logger } from 'pino';
+import type { Router } from './config.ts';
+
+export interface Prices {
+  /** USD per token. */
+  prompt: number;
+  completion: number;
+  cacheRead: number;
+  cacheWrite: number;
+}
+
+interface Entry { maxCompletion: number | null; prices: Prices }
+
+function num(v: unknown): number {
+  const n = typeof v === 'string' || typeof v === 'number' ? Number(v) : NaN;
+  return Number.isFinite(n) && n >= 0 ? n : 0;
+}
+
+export function parseCatalog(json: any): Map<string, Entry> {
+  const out = new Map<string, Entry>();
+  for (const m of Array.isArray(json?.data) ? json.data : []) {
+    if (typeof m?.id !== 'string') continue;
+    const max = m.top_provider?.max_completion_tokens;
+    const prompt = num(m.pricing?.prompt);
+    out.set(m.id, {
+      maxCompletion: typeof max === 'number' && max > 0 ? max : null,
+      prices: {
+        prompt,
+        completion: num(m.pricing?.completion),
+        cacheRead: m.pricing?.input_cache_read === undefined ? prompt : num(m.pricing.input_cache_read),
+        cacheWrite: m.pricing?.input_cache_write === undefined ? prompt : num(m.pricing.input_cache_write),
+      },
+    });
+  }
+  return out;
+}
+
+export class Catalog {
+  private readonly models = new Map<string, Map<string, Entry>>();
+  private readonly routers: Router[];
+  private readonly log: Logger;
+  private readonly timeoutMs: number;
+  private timer?: NodeJS.Timeout;
+  /** ISO time of the last successful refresh per router (shown in /health). */
+  readonly refreshedAt = new Map<string, string>();
+
+  constructor(opts: { routers: Iterable<Router>; log: Logger; timeoutMs?: number }) {
+    this.routers = [...opts.routers];
+    this.log = opts.log;
+    this.timeoutMs = opts.timeoutMs ?? 10_000;
+  }
+
+  async refresh(): Promise<void> {
+    await Promise.all(this.routers.map(async (router) => {
+      try {
+        const res = await fetch(new URL('api/v1/models', withSlash(router.url)), { signal: AbortSignal.timeout(this.timeoutMs) });
+        if (!res.ok) throw new Error(`status ${res.status}`);
+        const parsed = parseCatalog(await res.json());
+        if (parsed.size === 0) throw new Error('the catalog lists no models');
+        this.models.set(router.name, parsed);
+        this.refreshedAt.set(router.name, new Date().toISOString());
+        this.log.info({ router: router.name, models: parsed.size }, 'model catalog loaded');
+      } catch (err) {
+        this.log.warn({ router: router.name, err: (err as Error).message, kept: this.models.get(router.name)?.size ?? 0 }, 'model catalog refresh failed; keeping the last good copy');
+      }
+    }));
+  }
+
+  /** Loads once, then refreshes every `everyMs` (hourly by default) in the background. */
+  async start(everyMs = 3_600_000): Promise<void> {
+    await this.refresh();
+    this.timer = setInterval(() => void this.refresh(), everyMs).unref();
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
+
+  maxCompletion(router: string, model: string): number | null {
+    return this.models.get(router)?.get(model)?.maxCompletion ?? null;
+  }
+
+  prices(router: string, model: string): Prices | undefined {
+    return this.models.get(router)?.get(model)?.prices;
+  }
+}
+
+/** A URL with a trailing slash on its path, so relative API paths join under a prefix. */
+export function withSlash(url: URL): URL {
+  return url.pathname.endsWith('/') ? url : new URL(`${url.href}/`);
+}
+
+/** A cost estimate in USD from per-token prices, for rows the router did not price. */
+export function estimateCost(u: { input_tokens: number; output_tokens: number; cache_read_tokens: number; cache_write_tokens: number }, p: Prices): number {
+  const usd = u.input_tokens * p.prompt + u.cache_read_tokens * p.cacheRead + u.cache_write_tokens * p.cacheWrite + u.output_tokens * p.completion;
+  return Math.round(usd * 1e10) / 1e10;
+}
+
+/** Per-token prices of a tier (its per-million prices; cache reads and writes at the input price). */
+export function tierPrices(t: { price: { input_per_mtok: number; output_per_mtok: number } }): Prices {
+  const prompt = t.price.input_per_mtok / 1e6;
+  return { prompt, completion: t.price.output_per_mtok / 1e6, cacheRead: prompt, cacheWrite: prompt };
+}

@@ -1,0 +1,56 @@
+// The per-request context that plugins read and fill in, and the Plugin contract.
+// A plugin decides: it sets fields here or throws a GatewayError; it never writes to the response.
+// The context carries no secrets beyond `upstreamKey`, which only the proxy core reads.
+
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { BlockList } from 'node:net';
+import type { Profile, Router } from './config.ts';
+import type { Dialect } from './errors.ts';
+import type { Degradation, KeyRow } from './store/store.ts';
+
+export type Route = 'chat' | 'messages' | 'count_tokens' | 'models';
+
+export interface AuthedKey {
+  row: KeyRow;
+  /** ip_allow compiled once per key lookup; undefined = any address. */
+  allow: BlockList | undefined;
+}
+
+export interface Ctx {
+  readonly id: string;
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+  readonly route: Route;
+  readonly dialect: Dialect;
+  /** performance.now() when the request arrived. */
+  readonly t0: number;
+  ip: string;
+  key?: AuthedKey;
+  profile?: Profile;
+  router?: Router;
+  upstreamKey?: string;
+  /** The body as received, and parsed; `changed` says whether it must be re-serialised. */
+  raw?: Buffer;
+  body?: Record<string, any>;
+  changed: boolean;
+  stream: boolean;
+  endUser: string | null;
+  session: string | null;
+  run: string | null;
+  requestedModel: string | null;
+  tier: string | null;
+  model: string | null;
+  degradation: Degradation;
+  /** What the sanitizer removed, for the request's log line. */
+  removed: string[];
+}
+
+export interface Plugin {
+  readonly name: string;
+  /** The routes the plugin runs on; resolved per route at start-up so the hot path skips the rest. */
+  readonly routes: readonly Route[];
+  run(ctx: Ctx): void | Promise<void>;
+}
+
+export const PROXIED: readonly Route[] = ['chat', 'messages', 'count_tokens'];
+export const ALL_V1: readonly Route[] = ['chat', 'messages', 'count_tokens', 'models'];

@@ -1,0 +1,90 @@
+// Counters in process memory: the embedded default, and what one process falls back to while
+// Redis is away. Limits are rate-limiter-flexible's RateLimiterMemory (the same fixed windows as
+// the Redis backing); plain counters live in a Map with lazy expiry and an unref'd sweep.
+
+import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
+import type { Counters, Verdict } from './counters.ts';
+
+interface Entry { value: number | string; expiresAt: number }
+
+export class MemoryCounters implements Counters {
+  readonly kind = 'memory' as const;
+  private readonly limiters = new Map<string, RateLimiterMemory>();
+  private readonly entries = new Map<string, Entry>();
+  private readonly sweep: NodeJS.Timeout;
+
+  constructor() {
+    this.sweep = setInterval(() => {
+      const now = Date.now();
+      for (const [k, e] of this.entries) if (e.expiresAt <= now) this.entries.delete(k);
+    }, 60_000).unref();
+  }
+
+  limiter(limit: number, windowS: number, blockS = 0): RateLimiterMemory {
+    const id = `${limit}:${windowS}:${blockS}`;
+    let l = this.limiters.get(id);
+    if (!l) this.limiters.set(id, (l = new RateLimiterMemory({ keyPrefix: id, points: limit, duration: windowS, blockDuration: blockS })));
+    return l;
+  }
+
+  async consume(bucket: string, limit: number, windowS: number, opts: { points?: number; blockS?: number } = {}): Promise<Verdict> {
+    return toVerdict(limit, this.limiter(limit, windowS, opts.blockS).consume(bucket, opts.points ?? 1));
+  }
+
+  async peek(bucket: string, limit: number, windowS: number, opts: { blockS?: number } = {}): Promise<Verdict> {
+    const res = await this.limiter(limit, windowS, opts.blockS).get(bucket);
+    return res ? { allowed: res.consumedPoints <= limit, count: res.consumedPoints, msLeft: res.msBeforeNext } : { allowed: true, count: 0, msLeft: 0 };
+  }
+
+  private live(key: string): Entry | undefined {
+    const e = this.entries.get(key);
+    if (e && e.expiresAt <= Date.now()) {
+      this.entries.delete(key);
+      return undefined;
+    }
+    return e;
+  }
+
+  async incr(key: string, amount: number, ttlS: number): Promise<number> {
+    const e = this.live(key);
+    if (e) return (e.value = Number(e.value) + amount);
+    this.entries.set(key, { value: amount, expiresAt: Date.now() + ttlS * 1000 });
+    return amount;
+  }
+
+  async get(key: string): Promise<number | undefined> {
+    const e = this.live(key);
+    return e === undefined ? undefined : Number(e.value);
+  }
+
+  async seed(key: string, value: number, ttlS: number): Promise<number> {
+    const e = this.live(key);
+    if (e) return Number(e.value);
+    this.entries.set(key, { value, expiresAt: Date.now() + ttlS * 1000 });
+    return value;
+  }
+
+  async getText(key: string): Promise<string | undefined> {
+    const e = this.live(key);
+    return e === undefined ? undefined : String(e.value);
+  }
+
+  async setText(key: string, value: string, ttlS: number): Promise<void> {
+    this.entries.set(key, { value, expiresAt: Date.now() + ttlS * 1000 });
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.sweep);
+  }
+}
+
+/** rate-limiter-flexible resolves within the limit and rejects with a RateLimiterRes beyond it. */
+export async function toVerdict(limit: number, p: Promise<RateLimiterRes>): Promise<Verdict> {
+  try {
+    const res = await p;
+    return { allowed: true, count: res.consumedPoints, msLeft: res.msBeforeNext };
+  } catch (err) {
+    if (err instanceof RateLimiterRes) return { allowed: false, count: Math.max(err.consumedPoints, limit + 1), msLeft: err.msBeforeNext };
+    throw err;
+  }
+}

@@ -1,0 +1,116 @@
+// Counters in Redis, shared by every sluice process of a deployment, so limits, budgets, the IP
+// block and auto sessions hold jointly (CONTRACT §2 scale-out). While Redis is unreachable each
+// process keeps going on its in-memory counters (rate-limiter-flexible's insurance limiter and
+// MemoryCounters), says so once in the log and in /health, and returns to Redis when it is back.
+// The client never queues commands offline: a request must not wait for a Redis that is away.
+
+import { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import { RateLimiterRedis } from 'rate-limiter-flexible';
+import type { Counters, Verdict } from './counters.ts';
+import { MemoryCounters, toVerdict } from './memory.ts';
+
+const PREFIX = 'sluice:';
+
+export class RedisCounters implements Counters {
+  readonly kind = 'redis' as const;
+  readonly client: Redis;
+  private readonly fallback = new MemoryCounters();
+  private readonly limiters = new Map<string, RateLimiterRedis>();
+  private readonly log: Logger;
+  private down = false;
+
+  constructor(opts: { url: string; log: Logger }) {
+    this.log = opts.log;
+    this.client = new Redis(opts.url, {
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      connectTimeout: 2000,
+      commandTimeout: 1000,
+      retryStrategy: (times) => Math.min(100 * times, 2000),
+    });
+    this.client.on('error', (err) => this.markDown(err.message));
+    this.client.on('close', () => this.markDown('connection closed'));
+    this.client.on('ready', () => {
+      if (this.down) this.log.info('Redis is back: counters are shared again');
+      this.down = false;
+    });
+  }
+
+  /** Whether the last contact with Redis failed (shown in /health). */
+  get degraded(): boolean {
+    return this.down || this.client.status !== 'ready';
+  }
+
+  private markDown(reason: string): void {
+    if (!this.down) this.log.error({ err: reason }, 'Redis unreachable: counting in process memory until it returns');
+    this.down = true;
+  }
+
+  private limiter(limit: number, windowS: number, blockS = 0): RateLimiterRedis {
+    const id = `${limit}:${windowS}:${blockS}`;
+    let l = this.limiters.get(id);
+    if (!l) {
+      l = new RateLimiterRedis({
+        storeClient: this.client, keyPrefix: `${PREFIX}rl:${id}`, points: limit, duration: windowS, blockDuration: blockS,
+        rejectIfRedisNotReady: true, insuranceLimiter: this.fallback.limiter(limit, windowS, blockS),
+      });
+      this.limiters.set(id, l);
+    }
+    return l;
+  }
+
+  consume(bucket: string, limit: number, windowS: number, opts: { points?: number; blockS?: number } = {}): Promise<Verdict> {
+    return toVerdict(limit, this.limiter(limit, windowS, opts.blockS).consume(bucket, opts.points ?? 1));
+  }
+
+  async peek(bucket: string, limit: number, windowS: number, opts: { blockS?: number } = {}): Promise<Verdict> {
+    const res = await this.limiter(limit, windowS, opts.blockS).get(bucket);
+    return res ? { allowed: res.consumedPoints <= limit, count: res.consumedPoints, msLeft: res.msBeforeNext } : { allowed: true, count: 0, msLeft: 0 };
+  }
+
+  /** Runs a Redis operation, or the in-memory one while Redis is away. */
+  private async either<T>(redis: () => Promise<T>, memory: () => Promise<T>): Promise<T> {
+    if (this.client.status !== 'ready') return memory();
+    try {
+      return await redis();
+    } catch (err) {
+      this.markDown((err as Error).message);
+      return memory();
+    }
+  }
+
+  incr(key: string, amount: number, ttlS: number): Promise<number> {
+    return this.either(async () => {
+      const [[, total]] = (await this.client.multi().incrby(PREFIX + key, amount).expire(PREFIX + key, ttlS, 'NX').exec())! as [[unknown, number]];
+      return Number(total);
+    }, () => this.fallback.incr(key, amount, ttlS));
+  }
+
+  get(key: string): Promise<number | undefined> {
+    return this.either(async () => {
+      const v = await this.client.get(PREFIX + key);
+      return v === null ? undefined : Number(v);
+    }, () => this.fallback.get(key));
+  }
+
+  seed(key: string, value: number, ttlS: number): Promise<number> {
+    return this.either(async () => {
+      await this.client.set(PREFIX + key, value, 'EX', ttlS, 'NX');
+      return Number(await this.client.get(PREFIX + key));
+    }, () => this.fallback.seed(key, value, ttlS));
+  }
+
+  getText(key: string): Promise<string | undefined> {
+    return this.either(async () => (await this.client.get(PREFIX + key)) ?? undefined, () => this.fallback.getText(key));
+  }
+
+  setText(key: string, value: string, ttlS: number): Promise<void> {
+    return this.either(async () => void (await this.client.set(PREFIX + key, value, 'EX', ttlS)), () => this.fallback.setText(key, value, ttlS));
+  }
+
+  async close(): Promise<void> {
+    await this.fallback.close();
+    this.client.disconnect();
+  }
+}

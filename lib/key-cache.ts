@@ -1,0 +1,52 @@
+// Key lookups by sha256 through a short in-memory cache (spec step 4): a hit costs a Map read,
+// a miss one store query plus a fire-and-forget `last_used_at` update. Unknown hashes are cached
+// too, so a flood of made-up keys cannot reach the store; the cache is bounded (oldest evicted).
+// A revocation or expiry therefore takes effect within `ttlMs` in every running process.
+
+import { compileIpList } from './client-ip.ts';
+import type { AuthedKey } from './context.ts';
+import type { Store } from './store/store.ts';
+
+interface Entry { key: AuthedKey | null; until: number }
+
+export class KeyCache {
+  private readonly entries = new Map<string, Entry>();
+  private readonly store: Store;
+  private readonly ttlMs: number;
+  private readonly max: number;
+  private readonly now: () => number;
+  private readonly onTouchError: (err: unknown) => void;
+
+  constructor(opts: { store: Store; now: () => number; ttlMs?: number; max?: number; onTouchError: (err: unknown) => void }) {
+    this.store = opts.store;
+    this.now = opts.now;
+    this.ttlMs = opts.ttlMs ?? 60_000;
+    this.max = opts.max ?? 50_000;
+    this.onTouchError = opts.onTouchError;
+  }
+
+  /** The key for this hash, or null when the store has none. Throws only when the store fails. */
+  async lookup(hash: string): Promise<AuthedKey | null> {
+    const now = this.now();
+    const hit = this.entries.get(hash);
+    if (hit && hit.until > now) return hit.key;
+    let key: AuthedKey | null;
+    try {
+      const row = await this.store.keyByHash(hash);
+      key = row ? { row, allow: row.ip_allow ? compileIpList(row.ip_allow.split(',')) : undefined } : null;
+    } catch (err) {
+      // The store is away: a key seen before keeps working on its last known state (CONTRACT faults).
+      if (hit) return hit.key;
+      throw err;
+    }
+    if (key) {
+      const at = new Date(now).toISOString();
+      key.row.last_used_at = at;
+      this.store.touchKey(key.row.id, at).catch(this.onTouchError);
+    }
+    if (this.entries.size >= this.max) this.entries.delete(this.entries.keys().next().value!);
+    this.entries.delete(hash);
+    this.entries.set(hash, { key, until: now + this.ttlMs });
+    return key;
+  }
+}

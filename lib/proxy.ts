@@ -1,0 +1,199 @@
+// The streaming proxy core: forwards a request that passed the plugin chain to the router with
+// http-proxy-3 (keep-alive agents, the profile's upstream key, the client's key headers stripped)
+// and pipes the response back byte for byte while the usage tap reads a copy. It adds response
+// headers only. Failures before the response starts answer 502/504 in the dialect; failures after
+// it started end the stream with one error event of the dialect. Every request that reached this
+// core leaves exactly one row, client disconnects included (the upstream request is aborted).
+
+import http, { type IncomingMessage, type OutgoingHttpHeaders } from 'node:http';
+import https from 'node:https';
+import { Readable } from 'node:stream';
+import { ProxyServer } from 'http-proxy-3';
+import { estimateCost, tierPrices, withSlash } from './catalog.ts';
+import type { Ctx } from './context.ts';
+import type { Deps } from './deps.ts';
+import { GatewayError, renderError, streamErrorEvent } from './errors.ts';
+import type { Outcome, RequestRow } from './store/store.ts';
+import { UsageTap } from './usage-tap.ts';
+
+const UPSTREAM_PATH = { chat: 'api/v1/chat/completions', messages: 'api/v1/messages', count_tokens: 'api/v1/messages/count_tokens' } as const;
+
+/** Request headers that never go upstream: client credentials, sluice's own, hop-by-hop. */
+const STRIP_REQUEST = [
+  'authorization', 'x-api-key', 'x-sluice-session', 'x-sluice-run', 'x-claude-code-session-id', 'x-forwarded-for',
+  'x-forwarded-host', 'x-forwarded-proto', 'x-forwarded-port', 'x-real-ip', 'forwarded',
+  'connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade',
+  'content-length', 'accept-encoding', 'host', 'expect',
+];
+/** Response headers that are the hop's own, not the body's. */
+const STRIP_RESPONSE = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'trailer']);
+
+export function createProxy(deps: Pick<Deps, 'log' | 'config' | 'catalog' | 'now'> & { record: (row: RequestRow) => void; upstreamTimeoutMs: number }) {
+  const agents = {
+    'http:': new http.Agent({ keepAlive: true, maxSockets: 512, keepAliveMsecs: 10_000 }),
+    'https:': new https.Agent({ keepAlive: true, maxSockets: 512, keepAliveMsecs: 10_000 }),
+  };
+  const proxy = new ProxyServer({ selfHandleResponse: true, changeOrigin: true, ignorePath: true, proxyTimeout: deps.upstreamTimeoutMs });
+  // Precomputed per router and route: the hot path joins no URLs except for a query string.
+  const targets = new Map<string, URL>();
+  for (const router of deps.config.routers.values()) {
+    for (const [route, path] of Object.entries(UPSTREAM_PATH)) targets.set(`${router.name}:${route}`, new URL(path, withSlash(router.url)));
+  }
+  const ctxOf = new WeakMap<IncomingMessage, Exchange>();
+
+  proxy.on('proxyReq', (proxyReq, req) => {
+    const ex = ctxOf.get(req);
+    if (!ex) return;
+    ex.sentAt = performance.now();
+    proxyReq.on('timeout', () => (ex.timedOut = true));
+  });
+  proxy.on('proxyRes', (proxyRes, req) => {
+    const ex = ctxOf.get(req);
+    if (ex) ex.respond(proxyRes);
+  });
+
+  class Exchange {
+    readonly ctx: Ctx;
+    sentAt = 0;
+    timedOut = false;
+    status = 0;
+    ttfb: number | null = null;
+    tap?: UsageTap;
+    done = false;
+
+    constructor(ctx: Ctx) {
+      this.ctx = ctx;
+    }
+
+    respond(proxyRes: IncomingMessage): void {
+      const { ctx } = this;
+      const res = ctx.res;
+      this.status = proxyRes.statusCode ?? 502;
+      this.ttfb = performance.now() - ctx.t0;
+      const headers: OutgoingHttpHeaders = {};
+      for (const [k, v] of Object.entries(proxyRes.headers)) if (!STRIP_RESPONSE.has(k) && v !== undefined) headers[k] = v;
+      headers['x-sluice-tier'] = ctx.tier ?? 'none';
+      headers['x-sluice-model'] = ctx.model ?? ctx.requestedModel ?? '';
+      headers['x-sluice-degradation'] = ctx.degradation;
+      headers['x-sluice-request-id'] = ctx.id;
+      headers['server-timing'] = `sluice;dur=${(this.sentAt - ctx.t0).toFixed(2)}`;
+      const isStream = String(proxyRes.headers['content-type'] ?? '').includes('text/event-stream');
+      const tap = (this.tap = new UsageTap(ctx.dialect, isStream));
+      if (res.destroyed) return; // the client left while the headers were on their way
+      res.writeHead(this.status, headers);
+      if (isStream) res.flushHeaders();
+
+      proxyRes.on('data', (chunk: Buffer) => {
+        tap.write(chunk);
+        if (!res.write(chunk)) proxyRes.pause();
+      });
+      res.on('drain', () => proxyRes.resume());
+      proxyRes.on('end', () => {
+        res.end();
+        this.finish(tap.finish().error || this.status >= 400 ? 'upstream_error' : 'ok');
+      });
+      proxyRes.on('close', () => {
+        if (proxyRes.complete || this.done) return;
+        // The upstream failed or went silent after the response began: one error event, then the end.
+        if (!res.destroyed && !res.writableEnded) {
+          if (isStream) res.end(streamErrorEvent(ctx.dialect, this.timedOut ? 'upstream_timeout' : 'upstream_stream_failed'));
+          else res.destroy();
+        }
+        this.finish('upstream_error');
+      });
+      proxyRes.on('error', () => {}); // 'close' above handles it; an unhandled 'error' would crash the process
+    }
+
+    /** Writes the row exactly once, whatever ended the exchange. */
+    finish(outcome: Outcome): void {
+      if (this.done) return;
+      this.done = true;
+      const { ctx } = this;
+      const u = this.tap?.finish();
+      const tier = ctx.tier ? deps.config.tiers.get(ctx.tier) : undefined;
+      const prices = tier ? tierPrices(tier) : ctx.model ? deps.catalog.prices(ctx.profile!.router, ctx.model) : undefined;
+      const tokens = u ?? { input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0, reasoning_tokens: 0 };
+      const upstreamCost = u?.cost ?? null;
+      deps.record({
+        id: ctx.id,
+        ts: new Date(deps.now()).toISOString(),
+        endpoint: ctx.route as RequestRow['endpoint'],
+        profile: ctx.profile!.name,
+        key_prefix: ctx.key!.row.prefix,
+        end_user: ctx.endUser,
+        session: ctx.session,
+        run: ctx.run,
+        tier: ctx.tier,
+        requested_model: ctx.requestedModel,
+        model: u?.model ?? ctx.model ?? ctx.requestedModel,
+        stream: ctx.stream,
+        status: outcome === 'client_disconnect' && this.status === 0 ? 499 : this.status,
+        outcome,
+        input_tokens: tokens.input_tokens,
+        output_tokens: tokens.output_tokens,
+        cache_read_tokens: tokens.cache_read_tokens,
+        cache_write_tokens: tokens.cache_write_tokens,
+        reasoning_tokens: tokens.reasoning_tokens,
+        cost_usd: upstreamCost ?? (prices ? estimateCost(tokens, prices) : 0),
+        cost_source: upstreamCost !== null ? 'upstream' : 'estimate',
+        provider: u?.provider ?? null,
+        degradation: ctx.degradation,
+        generation_id: u?.generation_id ?? null,
+        ttfb_ms: this.ttfb === null ? null : Math.round(this.ttfb),
+        duration_ms: Math.round(performance.now() - ctx.t0),
+        overhead_ms: this.sentAt ? Math.round((this.sentAt - ctx.t0) * 100) / 100 : null,
+        tools: u?.tools ?? [],
+      });
+    }
+  }
+
+  return {
+    /** Sends the request upstream; resolves at once (the exchange ends through events). */
+    forward(ctx: Ctx): void {
+      const { req, res } = ctx;
+      const ex = new Exchange(ctx);
+      ctxOf.set(req, ex);
+      // A client that leaves first: record what was seen (http-proxy-3 aborts the upstream request).
+      res.on('close', () => {
+        if (!res.writableFinished) ex.finish('client_disconnect');
+      });
+      const body = ctx.changed ? Buffer.from(JSON.stringify(ctx.body)) : ctx.raw!;
+      for (const h of STRIP_REQUEST) delete req.headers[h];
+      let target = targets.get(`${ctx.profile!.router}:${ctx.route}`)!;
+      const q = req.url!.indexOf('?');
+      if (q !== -1) {
+        target = new URL(target);
+        target.search = req.url!.slice(q);
+      }
+      proxy.web(req, res, {
+        target,
+        agent: agents[target.protocol as 'http:' | 'https:'],
+        buffer: Readable.from([body]),
+        headers: {
+          authorization: `Bearer ${ctx.upstreamKey}`,
+          'accept-encoding': 'identity',
+          'content-type': 'application/json',
+          'content-length': String(body.length),
+        },
+      }, (err: NodeJS.ErrnoException) => {
+        if (ex.done || res.headersSent) {
+          ex.finish('upstream_error');
+          return;
+        }
+        const code = ex.timedOut ? 'upstream_timeout' : 'upstream_unreachable';
+        deps.log.warn({ req: ctx.id, err: err.code ?? err.message, code }, 'upstream request failed');
+        const gerr = new GatewayError(code);
+        ex.status = gerr.status;
+        renderError(res, ctx.dialect, gerr);
+        ex.finish('upstream_error');
+      });
+    },
+    close(): void {
+      proxy.close();
+      agents['http:'].destroy();
+      agents['https:'].destroy();
+    },
+  };
+}
+
+export type Proxy = ReturnType<typeof createProxy>;

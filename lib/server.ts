@@ -1,0 +1,214 @@
+// The gateway: a minimal node:http server that routes each request, runs the ordered plugin chain
+// (plugins/index.ts) resolved per route at start-up, then hands proxied requests to the proxy
+// core. It is the only place that renders sluice's own errors (lib/errors.ts), in the request's
+// dialect. Shutdown stops accepting, lets open streams finish within a grace period, flushes
+// every row and closes the store.
+
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Logger } from 'pino';
+import { createPlugins } from '../plugins/index.ts';
+import { AUTH_FAILURE_LIMIT, AUTH_FAILURE_OPTS, AUTH_FAILURE_WINDOW_S, authFailureBucket } from '../plugins/ip-block.ts';
+import { AutoRouter } from './auto.ts';
+import { Budget } from './budget.ts';
+import { Catalog } from './catalog.ts';
+import { clientIp, compileIpList } from './client-ip.ts';
+import { upstreamKeyVar, type Config } from './config.ts';
+import type { Ctx, Plugin, Route } from './context.ts';
+import type { Counters } from './counters/counters.ts';
+import type { Deps } from './deps.ts';
+import { GatewayError, renderError, type Dialect } from './errors.ts';
+import { KeyCache } from './key-cache.ts';
+import { createProxy } from './proxy.ts';
+import { Recorder } from './recorder.ts';
+import type { RequestRow, Store } from './store/store.ts';
+
+export const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
+
+export interface GatewayOptions {
+  config: Config;
+  store: Store;
+  counters: Counters;
+  log: Logger;
+  env?: NodeJS.ProcessEnv;
+  dataDir: string;
+  now?: () => number;
+  upstreamTimeoutMs?: number;
+  bodyTimeoutMs?: number;
+  /** Load the router catalog at start-up (tests that need no catalog may skip the fetch). */
+  loadCatalog?: boolean;
+}
+
+const ROUTES: Record<string, { route: Route; method: string; dialect: Dialect }> = {
+  '/v1/chat/completions': { route: 'chat', method: 'POST', dialect: 'chat' },
+  '/v1/messages': { route: 'messages', method: 'POST', dialect: 'messages' },
+  '/v1/messages/count_tokens': { route: 'count_tokens', method: 'POST', dialect: 'messages' },
+  '/v1/models': { route: 'models', method: 'GET', dialect: 'chat' },
+};
+
+/** Requests outside a known route still get an error in the dialect their headers suggest. */
+function guessDialect(req: IncomingMessage, path: string): Dialect {
+  return path.startsWith('/v1/messages') || req.headers['anthropic-version'] !== undefined ? 'messages' : 'chat';
+}
+
+export async function createGateway(opts: GatewayOptions) {
+  const { config, store, counters, log } = opts;
+  const env = opts.env ?? process.env;
+  const now = opts.now ?? Date.now;
+  const upstreamKeys = new Map<string, string>();
+  for (const name of config.profiles.keys()) {
+    const v = env[upstreamKeyVar(name)];
+    if (v) upstreamKeys.set(name, v);
+    else log.warn({ profile: name, variable: upstreamKeyVar(name) }, 'no upstream key for this profile: its requests will answer 503');
+  }
+  const trustedProxies = compileIpList((env.SLUICE_TRUSTED_PROXIES ?? '127.0.0.1/8,::1').split(','));
+  const catalog = new Catalog({ routers: config.routers.values(), log });
+  if (opts.loadCatalog !== false) await catalog.start();
+  const recorder = new Recorder({ store, log, dataDir: opts.dataDir });
+  const budget = new Budget({ counters, store, now });
+
+  /** Every row goes through here: queued for the store, and its cost added to the profile's spend. */
+  function record(row: RequestRow): void {
+    recorder.add(row);
+    budget.add(row.profile, row.cost_usd, Date.parse(row.ts)).catch((err) => log.error({ err: err.message }, 'budget spend could not be counted'));
+  }
+
+  const deps: Deps = {
+    config, store, counters, log, now, upstreamKeys, trustedProxies, catalog, recorder, budget,
+    keyCache: new KeyCache({ store, now, onTouchError: (err) => log.warn({ err: (err as Error).message }, 'last_used_at update failed') }),
+    auto: new AutoRouter({ auto: config.auto, counters, catalog, log, record, now }),
+    async authFailure(ctx, outcome, prefix) {
+      log.info({ req: ctx.id, ip: ctx.ip, prefix, outcome }, 'auth failure');
+      store.insertAudit([{ ts: new Date(now()).toISOString(), ip: ctx.ip, prefix, outcome }])
+        .catch((err) => log.error({ err: err.message }, 'auth audit row could not be written'));
+      await counters.consume(authFailureBucket(ctx.ip), AUTH_FAILURE_LIMIT - 1, AUTH_FAILURE_WINDOW_S, AUTH_FAILURE_OPTS);
+    },
+  };
+
+  // The chain, resolved per route once: the hot path iterates only the plugins its route runs.
+  const plugins = createPlugins(deps, { bodyTimeoutMs: opts.bodyTimeoutMs ?? 30_000 });
+  const chains = new Map<Route, Plugin[]>();
+  for (const { route } of Object.values(ROUTES)) chains.set(route, plugins.filter((p) => p.routes.includes(route)));
+
+  const proxy = createProxy({ log, config, catalog, now, record, upstreamTimeoutMs: opts.upstreamTimeoutMs ?? 300_000 });
+  const modelsBody = Buffer.from(JSON.stringify(modelList(config)));
+  let inFlight = 0;
+  let idle: (() => void) | undefined;
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    const path = q === -1 ? url : url.slice(0, q);
+    if (path === '/api/hello' && req.method === 'HEAD') {
+      res.writeHead(204).end();
+      return;
+    }
+    if (path === '/health' && (req.method === 'GET' || req.method === 'HEAD')) {
+      res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
+      return;
+    }
+    const def = ROUTES[path];
+    const dialect = def?.dialect ?? guessDialect(req, path);
+    if (!def) return renderError(res, dialect, new GatewayError('not_found'));
+    if (req.method !== def.method) {
+      res.setHeader('allow', def.method);
+      return renderError(res, dialect, new GatewayError('method_not_allowed'));
+    }
+    const run = req.headers['x-sluice-run'];
+    const ctx: Ctx = {
+      id: randomUUID(), req, res, route: def.route, dialect, t0: performance.now(),
+      ip: clientIp(req.socket.remoteAddress, req.headers['x-forwarded-for'], trustedProxies),
+      changed: false, stream: false, endUser: null, session: null, run: typeof run === 'string' ? run.slice(0, 128) : null,
+      requestedModel: null, tier: null, model: null, degradation: 'none', removed: [],
+    };
+    for (const plugin of chains.get(def.route)!) {
+      const pending = plugin.run(ctx);
+      if (pending) await pending; // only asynchronous plugins cost a tick
+    }
+    if (def.route === 'models') {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': modelsBody.length }).end(modelsBody);
+      return;
+    }
+    if (ctx.removed.length > 0) log.info({ req: ctx.id, prefix: ctx.key!.row.prefix, removed: ctx.removed }, 'sanitized request');
+    proxy.forward(ctx);
+  }
+
+  const server = http.createServer({ requestTimeout: 120_000, headersTimeout: 30_000, keepAliveTimeout: 65_000 }, (req, res) => {
+    inFlight++;
+    res.once('close', () => {
+      if (--inFlight === 0) idle?.();
+    });
+    handle(req, res).catch((err) => {
+      const path = (req.url ?? '/').split('?')[0];
+      const dialect = ROUTES[path]?.dialect ?? guessDialect(req, path);
+      if (err instanceof GatewayError) {
+        renderError(res, dialect, err);
+        // A refused body may still be arriving: close rather than read it.
+        if (err.code === 'request_too_large' || err.code === 'body_timeout') res.once('finish', () => req.socket.destroy());
+      } else if (!res.headersSent && !res.destroyed && req.complete === false && req.socket.destroyed) {
+        // The client went away while its body was arriving: nothing to answer.
+      } else {
+        log.error({ err: (err as Error).message, stack: (err as Error).stack }, 'request failed inside the gateway');
+        renderError(res, dialect, new GatewayError('internal'));
+      }
+    });
+  });
+  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
+    // Malformed HTTP (bad request line, huge headers): answer plainly and close; never crash.
+    if (socket.writable) socket.end(err.code === 'HPE_HEADER_OVERFLOW' ? 'HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\n\r\n' : 'HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n');
+    else socket.destroy();
+  });
+
+  const reconcile = setInterval(() => {
+    budget.reconcile(config.profiles.keys()).catch((err) => log.warn({ err: err.message }, 'budget reconciliation failed'));
+  }, 5 * 60_000).unref();
+
+  return {
+    server,
+    deps,
+    async listen(host: string, port: number): Promise<AddressInfo> {
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(port, host, () => {
+          server.off('error', reject);
+          resolve();
+        });
+      });
+      return server.address() as AddressInfo;
+    },
+    /** Stops accepting, waits up to `graceMs` for open requests, then flushes rows and closes. */
+    async close(graceMs = 10_000): Promise<void> {
+      clearInterval(reconcile);
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      server.closeIdleConnections();
+      if (inFlight > 0) {
+        let timer: NodeJS.Timeout | undefined;
+        await Promise.race([
+          new Promise<void>((resolve) => (idle = resolve)),
+          new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs))),
+        ]);
+        clearTimeout(timer);
+      }
+      server.closeAllConnections();
+      await closed;
+      proxy.close();
+      catalog.stop();
+      await recorder.close();
+    },
+  };
+}
+
+export type Gateway = Awaited<ReturnType<typeof createGateway>>;
+
+/** GET /v1/models: sluice/auto, the sluice/<tier> aliases and the tier models, in a shape both SDKs read. */
+export function modelList(config: Config) {
+  const created = 1_760_000_000;
+  const ids = ['sluice/auto', ...[...config.tiers.keys()].map((t) => `sluice/${t}`)];
+  for (const t of config.tiers.values()) if (!ids.includes(t.model)) ids.push(t.model);
+  const data = ids.map((id) => ({
+    id, object: 'model', type: 'model', display_name: id, created, created_at: new Date(created * 1000).toISOString(), owned_by: 'sluice',
+  }));
+  return { object: 'list', data, has_more: false, first_id: ids[0], last_id: ids[ids.length - 1] };
+}

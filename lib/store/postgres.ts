@@ -1,0 +1,210 @@
+// The Postgres Store, through a small porsager/postgres pool; for scale-out, where several gateways
+// share one database. migrate() runs schema.sql, which owns the DDL; this file owns the queries and
+// turns what the driver returns (Date, int8 strings) back into the Store's ISO strings and numbers.
+// Never builds SQL by string concatenation of values, and never holds a full client key.
+
+import { readFile } from 'node:fs/promises';
+import postgres from 'postgres';
+import {
+  KeyConflictError,
+  type AuditRow,
+  type KeyRow,
+  type NewKey,
+  type RequestRow,
+  type Store,
+} from './store.ts';
+
+const SCHEMA_FILE = new URL('../../schema.sql', import.meta.url);
+/** The partial unique index on active (profile, name) in schema.sql. */
+const ACTIVE_NAME_INDEX = 'keys_active_profile_name';
+/** Rows returned by listAudit/listRequests when the caller gives no limit. */
+const DEFAULT_LIMIT = 100;
+/** Rows per INSERT statement: 28 columns each stays well under Postgres's 65535 parameters. */
+const INSERT_CHUNK = 2000;
+
+const REQUEST_COLUMNS = [
+  'id', 'ts', 'endpoint', 'profile', 'key_prefix', 'end_user', 'session', 'run', 'tier',
+  'requested_model', 'model', 'stream', 'status', 'outcome', 'input_tokens', 'output_tokens',
+  'cache_read_tokens', 'cache_write_tokens', 'reasoning_tokens', 'cost_usd', 'cost_source',
+  'provider', 'degradation', 'generation_id', 'ttfb_ms', 'duration_ms', 'overhead_ms', 'tools',
+] as const satisfies ReadonlyArray<keyof RequestRow>;
+
+type Raw = Record<string, unknown>;
+
+function iso(value: unknown): string {
+  return value instanceof Date ? value.toISOString() : new Date(value as string).toISOString();
+}
+
+function isoOrNull(value: unknown): string | null {
+  return value === null || value === undefined ? null : iso(value);
+}
+
+/** int8 and numeric arrive as strings; the Store speaks JS numbers. */
+function numOrNull(value: unknown): number | null {
+  return value === null || value === undefined ? null : Number(value);
+}
+
+function toKey(raw: Raw): KeyRow {
+  return {
+    id: Number(raw.id),
+    key_hash: raw.key_hash as string,
+    prefix: raw.prefix as string,
+    profile: raw.profile as string,
+    name: raw.name as string,
+    ip_allow: raw.ip_allow as string,
+    created_at: iso(raw.created_at),
+    expires_at: isoOrNull(raw.expires_at),
+    last_used_at: isoOrNull(raw.last_used_at),
+    revoked_at: isoOrNull(raw.revoked_at),
+  };
+}
+
+function toRequest(raw: Raw): RequestRow {
+  return {
+    id: raw.id as string,
+    ts: iso(raw.ts),
+    endpoint: raw.endpoint as RequestRow['endpoint'],
+    profile: raw.profile as string,
+    key_prefix: raw.key_prefix as string,
+    end_user: raw.end_user as string | null,
+    session: raw.session as string | null,
+    run: raw.run as string | null,
+    tier: raw.tier as string | null,
+    requested_model: raw.requested_model as string | null,
+    model: raw.model as string | null,
+    stream: raw.stream as boolean,
+    status: Number(raw.status),
+    outcome: raw.outcome as RequestRow['outcome'],
+    input_tokens: Number(raw.input_tokens),
+    output_tokens: Number(raw.output_tokens),
+    cache_read_tokens: Number(raw.cache_read_tokens),
+    cache_write_tokens: Number(raw.cache_write_tokens),
+    reasoning_tokens: Number(raw.reasoning_tokens),
+    cost_usd: Number(raw.cost_usd),
+    cost_source: raw.cost_source as RequestRow['cost_source'],
+    provider: raw.provider as string | null,
+    degradation: raw.degradation as RequestRow['degradation'],
+    generation_id: raw.generation_id as string | null,
+    ttfb_ms: numOrNull(raw.ttfb_ms),
+    duration_ms: Number(raw.duration_ms),
+    overhead_ms: numOrNull(raw.overhead_ms),
+    tools: JSON.parse(raw.tools as string) as string[],
+  };
+}
+
+export function openPostgresStore(url: string): Store {
+  // Small pool: the store's writes are batched off the request path, so few connections suffice.
+  // onnotice is silenced because every IF NOT EXISTS on a second migrate() raises a NOTICE.
+  const sql = postgres(url, { max: 4, onnotice: () => {} });
+
+  return {
+    kind: 'postgres',
+
+    async migrate() {
+      const schema = await readFile(SCHEMA_FILE, 'utf8');
+      // Concurrent CREATE ... IF NOT EXISTS can still collide in the catalog, so gateways starting
+      // together take turns under a transaction-scoped advisory lock. No parameters: simple protocol,
+      // which is what lets the file's several statements run as one query.
+      await sql.begin(async (tx) => {
+        await tx.unsafe('SELECT pg_advisory_xact_lock(7301105)');
+        await tx.unsafe(schema);
+      });
+    },
+
+    async createKey(key: NewKey) {
+      try {
+        const [raw] = await sql`
+          INSERT INTO keys (key_hash, prefix, profile, name, ip_allow, created_at, expires_at)
+          VALUES (${key.key_hash}, ${key.prefix}, ${key.profile}, ${key.name}, ${key.ip_allow},
+                  ${key.created_at}, ${key.expires_at ?? null})
+          RETURNING *`;
+        return toKey(raw as Raw);
+      } catch (err) {
+        if (
+          err instanceof postgres.PostgresError &&
+          err.code === '23505' &&
+          err.constraint_name === ACTIVE_NAME_INDEX
+        ) {
+          throw new KeyConflictError(key.profile, key.name);
+        }
+        throw err;
+      }
+    },
+
+    async keyByHash(hash) {
+      const [raw] = await sql`SELECT * FROM keys WHERE key_hash = ${hash}`;
+      return raw ? toKey(raw) : undefined;
+    },
+
+    async touchKey(id, at) {
+      await sql`UPDATE keys SET last_used_at = ${at} WHERE id = ${id}`;
+    },
+
+    async listKeys(profile) {
+      const rows =
+        profile === undefined
+          ? await sql`SELECT * FROM keys ORDER BY id`
+          : await sql`SELECT * FROM keys WHERE profile = ${profile} ORDER BY id`;
+      return rows.map(toKey);
+    },
+
+    async revokeKey(profile, name, at) {
+      const [raw] = await sql`
+        UPDATE keys SET revoked_at = ${at}
+        WHERE profile = ${profile} AND name = ${name} AND revoked_at IS NULL
+        RETURNING *`;
+      return raw ? toKey(raw) : undefined;
+    },
+
+    async insertAudit(rows: AuditRow[]) {
+      if (rows.length === 0) return;
+      const values = rows.map((r) => ({ ts: r.ts, ip: r.ip, prefix: r.prefix, outcome: r.outcome }));
+      await sql`INSERT INTO auth_audit ${sql(values, 'ts', 'ip', 'prefix', 'outcome')}`;
+    },
+
+    async listAudit(limit = DEFAULT_LIMIT) {
+      const rows = await sql`
+        SELECT id, ts, ip, prefix, outcome FROM auth_audit ORDER BY ts DESC, id DESC LIMIT ${limit}`;
+      return rows.map((raw) => ({
+        id: Number(raw.id),
+        ts: iso(raw.ts),
+        ip: raw.ip as string,
+        prefix: raw.prefix as string,
+        outcome: raw.outcome as AuditRow['outcome'],
+      }));
+    },
+
+    async insertRequests(rows: RequestRow[]) {
+      if (rows.length === 0) return;
+      const values = rows.map((row) => ({ ...row, tools: JSON.stringify(row.tools) }));
+      const insert = (q: postgres.Sql, chunk: typeof values) =>
+        q`INSERT INTO requests ${q(chunk, ...REQUEST_COLUMNS)} ON CONFLICT (id) DO NOTHING`;
+      if (values.length <= INSERT_CHUNK) {
+        await insert(sql, values);
+        return;
+      }
+      // Larger batches split across statements, but still land together or not at all.
+      await sql.begin(async (tx) => {
+        for (let i = 0; i < values.length; i += INSERT_CHUNK) {
+          await insert(tx as unknown as postgres.Sql, values.slice(i, i + INSERT_CHUNK));
+        }
+      });
+    },
+
+    async listRequests(limit = DEFAULT_LIMIT) {
+      const rows = await sql`SELECT * FROM requests ORDER BY ts DESC, id DESC LIMIT ${limit}`;
+      return rows.map(toRequest);
+    },
+
+    async spendSince(profile, since) {
+      const [raw] = await sql`
+        SELECT COALESCE(SUM(cost_usd), 0) AS spend FROM requests
+        WHERE profile = ${profile} AND ts >= ${since}`;
+      return Number(raw?.spend ?? 0);
+    },
+
+    async close() {
+      await sql.end({ timeout: 5 });
+    },
+  };
+}

@@ -1,0 +1,255 @@
+// The embedded Store: one SQLite file through node:sqlite, in WAL mode so the CLI and a running
+// server can share it. Owns the SQLite DDL, kept column for column in step with schema.sql.
+// Booleans are stored as 0/1 and timestamps as ISO text; rows leave here in the Store's types.
+// Never holds a full client key, and never lets a raw SQLite row escape unconverted.
+
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { DatabaseSync, type SQLInputValue, type StatementSync } from 'node:sqlite';
+import {
+  KeyConflictError,
+  type AuditRow,
+  type KeyRow,
+  type NewKey,
+  type RequestRow,
+  type Store,
+} from './store.ts';
+
+// STRICT tables make SQLite refuse a value of the wrong type instead of storing it silently.
+const DDL = `
+CREATE TABLE IF NOT EXISTS keys (
+  id           INTEGER PRIMARY KEY AUTOINCREMENT,
+  key_hash     TEXT NOT NULL,
+  prefix       TEXT NOT NULL,
+  profile      TEXT NOT NULL,
+  name         TEXT NOT NULL,
+  ip_allow     TEXT NOT NULL,
+  created_at   TEXT NOT NULL,
+  expires_at   TEXT,
+  last_used_at TEXT,
+  revoked_at   TEXT
+) STRICT;
+CREATE UNIQUE INDEX IF NOT EXISTS keys_key_hash ON keys (key_hash);
+CREATE UNIQUE INDEX IF NOT EXISTS keys_active_profile_name ON keys (profile, name) WHERE revoked_at IS NULL;
+
+CREATE TABLE IF NOT EXISTS auth_audit (
+  id      INTEGER PRIMARY KEY AUTOINCREMENT,
+  ts      TEXT NOT NULL,
+  ip      TEXT NOT NULL,
+  prefix  TEXT NOT NULL,
+  outcome TEXT NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS auth_audit_ts ON auth_audit (ts);
+
+CREATE TABLE IF NOT EXISTS requests (
+  id                 TEXT PRIMARY KEY,
+  ts                 TEXT    NOT NULL,
+  endpoint           TEXT    NOT NULL,
+  profile            TEXT    NOT NULL,
+  key_prefix         TEXT    NOT NULL,
+  end_user           TEXT,
+  session            TEXT,
+  run                TEXT,
+  tier               TEXT,
+  requested_model    TEXT,
+  model              TEXT,
+  stream             INTEGER NOT NULL,
+  status             INTEGER NOT NULL,
+  outcome            TEXT    NOT NULL,
+  input_tokens       INTEGER NOT NULL,
+  output_tokens      INTEGER NOT NULL,
+  cache_read_tokens  INTEGER NOT NULL,
+  cache_write_tokens INTEGER NOT NULL,
+  reasoning_tokens   INTEGER NOT NULL,
+  cost_usd           REAL    NOT NULL,
+  cost_source        TEXT    NOT NULL,
+  provider           TEXT,
+  degradation        TEXT    NOT NULL,
+  generation_id      TEXT,
+  ttfb_ms            INTEGER,
+  duration_ms        INTEGER NOT NULL,
+  overhead_ms        REAL,
+  tools              TEXT    NOT NULL DEFAULT '[]'
+) STRICT;
+CREATE INDEX IF NOT EXISTS requests_profile_ts ON requests (profile, ts);
+CREATE INDEX IF NOT EXISTS requests_ts ON requests (ts);
+`;
+
+/** How long a writer waits for the other process's write lock before giving up. */
+const BUSY_TIMEOUT_MS = 5000;
+/** Rows returned by listAudit/listRequests when the caller gives no limit. */
+const DEFAULT_LIMIT = 100;
+
+const REQUEST_COLUMNS = [
+  'id', 'ts', 'endpoint', 'profile', 'key_prefix', 'end_user', 'session', 'run', 'tier',
+  'requested_model', 'model', 'stream', 'status', 'outcome', 'input_tokens', 'output_tokens',
+  'cache_read_tokens', 'cache_write_tokens', 'reasoning_tokens', 'cost_usd', 'cost_source',
+  'provider', 'degradation', 'generation_id', 'ttfb_ms', 'duration_ms', 'overhead_ms', 'tools',
+] as const satisfies ReadonlyArray<keyof RequestRow>;
+
+type Raw = Record<string, unknown>;
+
+function toKey(raw: Raw): KeyRow {
+  return {
+    id: Number(raw.id),
+    key_hash: raw.key_hash as string,
+    prefix: raw.prefix as string,
+    profile: raw.profile as string,
+    name: raw.name as string,
+    ip_allow: raw.ip_allow as string,
+    created_at: raw.created_at as string,
+    expires_at: (raw.expires_at as string | null) ?? null,
+    last_used_at: (raw.last_used_at as string | null) ?? null,
+    revoked_at: (raw.revoked_at as string | null) ?? null,
+  };
+}
+
+function toRequest(raw: Raw): RequestRow {
+  return {
+    ...(raw as unknown as RequestRow),
+    stream: raw.stream === 1,
+    tools: JSON.parse(raw.tools as string) as string[],
+  };
+}
+
+function requestParams(row: RequestRow): Record<string, SQLInputValue> {
+  const params: Record<string, SQLInputValue> = {};
+  for (const column of REQUEST_COLUMNS) params[column] = row[column] as SQLInputValue;
+  params.stream = row.stream ? 1 : 0;
+  params.tools = JSON.stringify(row.tools);
+  return params;
+}
+
+/** True for the partial unique index on active (profile, name), not for other constraints. */
+function isActiveNameConflict(err: unknown): boolean {
+  const message = err instanceof Error ? err.message : '';
+  return message.includes('UNIQUE constraint failed') && message.includes('keys.profile, keys.name');
+}
+
+export function openSqliteStore(file: string): Store {
+  mkdirSync(dirname(file), { recursive: true });
+  const db = new DatabaseSync(file, { timeout: BUSY_TIMEOUT_MS });
+  db.exec('PRAGMA journal_mode = WAL');
+  db.exec(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`);
+  // WAL with NORMAL sync is durable against process crashes, which is what a gateway needs.
+  db.exec('PRAGMA synchronous = NORMAL');
+  // The tables must exist before statements can be prepared against them.
+  db.exec(DDL);
+
+  const stmt = {
+    createKey: db.prepare(
+      `INSERT INTO keys (key_hash, prefix, profile, name, ip_allow, created_at, expires_at)
+       VALUES (:key_hash, :prefix, :profile, :name, :ip_allow, :created_at, :expires_at) RETURNING *`,
+    ),
+    keyByHash: db.prepare('SELECT * FROM keys WHERE key_hash = ?'),
+    touchKey: db.prepare('UPDATE keys SET last_used_at = ? WHERE id = ?'),
+    listKeys: db.prepare('SELECT * FROM keys ORDER BY id'),
+    listKeysOf: db.prepare('SELECT * FROM keys WHERE profile = ? ORDER BY id'),
+    revokeKey: db.prepare(
+      'UPDATE keys SET revoked_at = ? WHERE profile = ? AND name = ? AND revoked_at IS NULL RETURNING *',
+    ),
+    insertAudit: db.prepare('INSERT INTO auth_audit (ts, ip, prefix, outcome) VALUES (?, ?, ?, ?)'),
+    listAudit: db.prepare('SELECT id, ts, ip, prefix, outcome FROM auth_audit ORDER BY ts DESC, id DESC LIMIT ?'),
+    insertRequest: db.prepare(
+      `INSERT OR IGNORE INTO requests (${REQUEST_COLUMNS.join(', ')})
+       VALUES (${REQUEST_COLUMNS.map((c) => `:${c}`).join(', ')})`,
+    ),
+    listRequests: db.prepare('SELECT * FROM requests ORDER BY ts DESC, id DESC LIMIT ?'),
+    spendSince: db.prepare('SELECT COALESCE(SUM(cost_usd), 0) AS spend FROM requests WHERE profile = ? AND ts >= ?'),
+  } satisfies Record<string, StatementSync>;
+
+  // BEGIN IMMEDIATE takes the write lock up front, so a concurrent writer waits on busy_timeout
+  // instead of failing midway; the whole batch lands or none of it does.
+  function inTransaction(work: () => void): void {
+    db.exec('BEGIN IMMEDIATE');
+    try {
+      work();
+      db.exec('COMMIT');
+    } catch (err) {
+      db.exec('ROLLBACK');
+      throw err;
+    }
+  }
+
+  return {
+    kind: 'sqlite',
+
+    async migrate() {
+      db.exec(DDL);
+    },
+
+    async createKey(key: NewKey) {
+      try {
+        const raw = stmt.createKey.get({
+          key_hash: key.key_hash,
+          prefix: key.prefix,
+          profile: key.profile,
+          name: key.name,
+          ip_allow: key.ip_allow,
+          created_at: key.created_at,
+          expires_at: key.expires_at ?? null,
+        });
+        return toKey(raw as Raw);
+      } catch (err) {
+        if (isActiveNameConflict(err)) throw new KeyConflictError(key.profile, key.name);
+        throw err;
+      }
+    },
+
+    async keyByHash(hash) {
+      const raw = stmt.keyByHash.get(hash);
+      return raw ? toKey(raw) : undefined;
+    },
+
+    async touchKey(id, at) {
+      stmt.touchKey.run(at, id);
+    },
+
+    async listKeys(profile) {
+      const rows = profile === undefined ? stmt.listKeys.all() : stmt.listKeysOf.all(profile);
+      return rows.map(toKey);
+    },
+
+    async revokeKey(profile, name, at) {
+      const raw = stmt.revokeKey.get(at, profile, name);
+      return raw ? toKey(raw) : undefined;
+    },
+
+    async insertAudit(rows: AuditRow[]) {
+      if (rows.length === 0) return;
+      inTransaction(() => {
+        for (const r of rows) stmt.insertAudit.run(r.ts, r.ip, r.prefix, r.outcome);
+      });
+    },
+
+    async listAudit(limit = DEFAULT_LIMIT) {
+      return stmt.listAudit.all(limit).map((raw) => ({
+        id: Number(raw.id),
+        ts: raw.ts as string,
+        ip: raw.ip as string,
+        prefix: raw.prefix as string,
+        outcome: raw.outcome as AuditRow['outcome'],
+      }));
+    },
+
+    async insertRequests(rows: RequestRow[]) {
+      if (rows.length === 0) return;
+      inTransaction(() => {
+        for (const row of rows) stmt.insertRequest.run(requestParams(row));
+      });
+    },
+
+    async listRequests(limit = DEFAULT_LIMIT) {
+      return stmt.listRequests.all(limit).map(toRequest);
+    },
+
+    async spendSince(profile, since) {
+      const raw = stmt.spendSince.get(profile, since);
+      return Number(raw?.spend ?? 0);
+    },
+
+    async close() {
+      if (db.isOpen) db.close();
+    },
+  };
+}

@@ -1,0 +1,169 @@
+// The usage tap: reads a copy of the upstream response while its bytes stream to the client
+// untouched, and yields tokens, cost, provider, generation id and the tools the model called.
+// Both dialects, SSE or JSON, with chunks cut at any byte (TextDecoder keeps split characters,
+// eventsource-parser keeps split lines). It must never throw into the stream: every failure is
+// swallowed and only marks the result unreadable. Hot path: events are JSON-parsed only when
+// their name or text says they can carry something the row needs.
+
+import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
+import type { Dialect } from './errors.ts';
+
+export interface Usage {
+  input_tokens: number;
+  output_tokens: number;
+  cache_read_tokens: number;
+  cache_write_tokens: number;
+  reasoning_tokens: number;
+  /** The router's reported cost in USD, or null when it reported none. */
+  cost: number | null;
+  provider: string | null;
+  generation_id: string | null;
+  model: string | null;
+  tools: string[];
+  /** An error arrived in-band (a chat chunk with `error`, or a messages `event: error`). */
+  error: boolean;
+}
+
+const MAX_JSON_BYTES = 16 * 1024 * 1024;
+
+function n(v: unknown): number {
+  return typeof v === 'number' && Number.isFinite(v) && v > 0 ? v : 0;
+}
+
+export class UsageTap {
+  readonly usage: Usage = {
+    input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0, reasoning_tokens: 0,
+    cost: null, provider: null, generation_id: null, model: null, tools: [], error: false,
+  };
+  private readonly dialect: Dialect;
+  private readonly parser?: EventSourceParser;
+  private readonly decoder = new TextDecoder();
+  private chunks: Buffer[] | null = null;
+  private size = 0;
+  private broken = false;
+
+  constructor(dialect: Dialect, stream: boolean) {
+    this.dialect = dialect;
+    if (stream) this.parser = createParser({ onEvent: (ev) => this.onEvent(ev) });
+    else this.chunks = [];
+  }
+
+  /** Takes a copy of one response chunk. Never throws. */
+  write(chunk: Buffer): void {
+    if (this.broken) return;
+    try {
+      if (this.parser) this.parser.feed(this.decoder.decode(chunk, { stream: true }));
+      else if (this.chunks) {
+        this.size += chunk.length;
+        if (this.size > MAX_JSON_BYTES) this.chunks = null;
+        else this.chunks.push(chunk);
+      }
+    } catch {
+      this.broken = true;
+    }
+  }
+
+  /** The usage read so far; for a JSON body, parses it now. Never throws. */
+  finish(): Usage {
+    if (this.chunks && !this.broken) {
+      try {
+        const json = JSON.parse(Buffer.concat(this.chunks, this.size).toString('utf8'));
+        if (this.dialect === 'chat') this.readChat(json, false);
+        else this.readMessage(json);
+      } catch {
+        this.broken = true;
+      }
+      this.chunks = null;
+    }
+    return this.usage;
+  }
+
+  private onEvent(ev: EventSourceMessage): void {
+    try {
+      if (this.dialect === 'chat') {
+        const d = ev.data;
+        // Only the first chunk (ids, provider), usage, tool calls and errors matter.
+        if (d === '[DONE]') return;
+        if (this.usage.generation_id !== null && !d.includes('"usage"') && !d.includes('"tool_calls"') && !d.includes('"error"')) return;
+        this.readChat(JSON.parse(d), true);
+      } else {
+        switch (ev.event) {
+          case 'message_start': {
+            const m = JSON.parse(ev.data).message;
+            this.readMessage(m);
+            break;
+          }
+          case 'message_delta':
+            this.readMessageUsage(JSON.parse(ev.data).usage);
+            break;
+          case 'content_block_start': {
+            const block = JSON.parse(ev.data).content_block;
+            if ((block?.type === 'tool_use' || block?.type === 'server_tool_use') && typeof block.name === 'string') this.tool(block.name);
+            break;
+          }
+          case 'error':
+            this.usage.error = true;
+            break;
+        }
+      }
+    } catch {
+      // A malformed event costs only its own fields; the stream itself is never touched.
+    }
+  }
+
+  private tool(name: string): void {
+    if (!this.usage.tools.includes(name)) this.usage.tools.push(name);
+  }
+
+  private readChat(j: any, streamed: boolean): void {
+    if (!j || typeof j !== 'object') return;
+    const u = this.usage;
+    if (typeof j.id === 'string' && u.generation_id === null) u.generation_id = j.id;
+    if (typeof j.provider === 'string') u.provider = j.provider;
+    if (typeof j.model === 'string') u.model = j.model;
+    if (j.error) u.error = true;
+    if (Array.isArray(j.choices)) {
+      for (const c of j.choices) {
+        const calls = streamed ? c?.delta?.tool_calls : c?.message?.tool_calls;
+        if (Array.isArray(calls)) for (const call of calls) if (typeof call?.function?.name === 'string' && call.function.name) this.tool(call.function.name);
+        if (c?.finish_reason === 'error' || c?.error) u.error = true;
+      }
+    }
+    const usage = j.usage;
+    if (usage && typeof usage === 'object') {
+      const cached = n(usage.prompt_tokens_details?.cached_tokens);
+      const written = n(usage.prompt_tokens_details?.cache_write_tokens);
+      // Chat counts cached tokens inside prompt_tokens; rows keep Anthropic's split (uncached input).
+      u.input_tokens = Math.max(0, n(usage.prompt_tokens) - cached - written);
+      u.cache_read_tokens = cached;
+      u.cache_write_tokens = written;
+      u.output_tokens = n(usage.completion_tokens);
+      u.reasoning_tokens = n(usage.completion_tokens_details?.reasoning_tokens);
+      if (typeof usage.cost === 'number' && Number.isFinite(usage.cost)) u.cost = usage.cost;
+    }
+  }
+
+  private readMessage(m: any): void {
+    if (!m || typeof m !== 'object') return;
+    const u = this.usage;
+    if (typeof m.id === 'string') u.generation_id = m.id;
+    if (typeof m.provider === 'string') u.provider = m.provider;
+    if (typeof m.model === 'string') u.model = m.model;
+    if (m.type === 'error') u.error = true;
+    if (Array.isArray(m.content)) for (const b of m.content) if ((b?.type === 'tool_use' || b?.type === 'server_tool_use') && typeof b.name === 'string') this.tool(b.name);
+    this.readMessageUsage(m.usage);
+  }
+
+  /** Messages usage is cumulative: each field present replaces the one seen before. */
+  private readMessageUsage(usage: any): void {
+    if (!usage || typeof usage !== 'object') return;
+    const u = this.usage;
+    if (typeof usage.input_tokens === 'number') u.input_tokens = n(usage.input_tokens);
+    if (typeof usage.output_tokens === 'number') u.output_tokens = n(usage.output_tokens);
+    if (typeof usage.cache_read_input_tokens === 'number') u.cache_read_tokens = n(usage.cache_read_input_tokens);
+    if (typeof usage.cache_creation_input_tokens === 'number') u.cache_write_tokens = n(usage.cache_creation_input_tokens);
+    const reasoning = usage.output_tokens_details?.reasoning_tokens ?? usage.output_tokens_details?.thinking_tokens;
+    if (typeof reasoning === 'number') u.reasoning_tokens = n(reasoning);
+    if (typeof usage.cost === 'number' && Number.isFinite(usage.cost)) u.cost = usage.cost;
+  }
+}

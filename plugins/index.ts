@@ -1,0 +1,30 @@
+// The plugin chain, in order. This literal is the auth chain of the spec: reading it top to
+// bottom tells what a request goes through before the proxy core forwards it (step 9) and the
+// recorder writes its row (step 10). Header-only checks come first, so a client that fails them
+// never makes sluice read its body. Each plugin declares the routes it runs on.
+
+import type { Plugin } from '../lib/context.ts';
+import type { Deps } from '../lib/deps.ts';
+import { allowlist } from './allowlist.ts';
+import { budget } from './budget.ts';
+import { ipBlock } from './ip-block.ts';
+import { keyAuth } from './key-auth.ts';
+import { modelResolve } from './model-resolve.ts';
+import { profileCheck } from './profile-check.ts';
+import { rateLimit } from './rate-limit.ts';
+import { readBody } from './read-body.ts';
+import { sanitize } from './sanitize.ts';
+
+export function createPlugins(deps: Deps, opts: { bodyTimeoutMs: number }): Plugin[] {
+  return [
+    ipBlock(deps), //      1  too many auth failures from this address → 429
+    keyAuth(deps), //      2–5 key present, well-formed, known, not revoked or expired → else 401
+    allowlist(deps), //    5  client address inside the key's allowlist → else 403
+    profileCheck(deps), // 6  profile still configured (403), upstream key present (503)
+    readBody({ timeoutMs: opts.bodyTimeoutMs }), //        the body, read and parsed once; end user and session
+    rateLimit(deps), //    7  per key and per (key, end user) → 429
+    budget(deps), //       8  daily and monthly budget → degrade, or 429 at 100 %
+    modelResolve(deps), //    aliases, auto routing, degradation, max_tokens cap, chat fallbacks
+    sanitize(), //            messages-dialect fields non-vendor models reject
+  ];
+}

@@ -1,0 +1,28 @@
+// Step 1 of the auth chain: an address with 20 auth failures in 10 minutes is refused for the
+// window (429, retry-after 600), valid key or not. IPv6 counts per /64. Reads the count only;
+// failures are counted by `Deps.authFailure` (steps 2–5), all through the Counters interface.
+
+import { ipBlockBucket } from '../lib/client-ip.ts';
+import { ALL_V1, type Plugin } from '../lib/context.ts';
+import type { Deps } from '../lib/deps.ts';
+import { GatewayError } from '../lib/errors.ts';
+
+export const AUTH_FAILURE_LIMIT = 20;
+export const AUTH_FAILURE_WINDOW_S = 600;
+
+/** The window counts failures; the 20th blocks the bucket for the whole window. */
+export function authFailureBucket(ip: string): string {
+  return `authfail:${ipBlockBucket(ip)}`;
+}
+export const AUTH_FAILURE_OPTS = { blockS: AUTH_FAILURE_WINDOW_S } as const;
+
+export function ipBlock(deps: Pick<Deps, 'counters'>): Plugin {
+  return {
+    name: 'ip-block',
+    routes: ALL_V1,
+    async run(ctx) {
+      const v = await deps.counters.peek(authFailureBucket(ctx.ip), AUTH_FAILURE_LIMIT - 1, AUTH_FAILURE_WINDOW_S, AUTH_FAILURE_OPTS);
+      if (!v.allowed) throw new GatewayError('ip_blocked');
+    },
+  };
+}

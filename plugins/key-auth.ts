@@ -1,0 +1,46 @@
+// Steps 2–5 of the auth chain: the key is present, well-formed (checked without touching the
+// store), known, and neither revoked nor expired. Every refusal here is audited and counts toward
+// the IP block, and all of them answer the same 401 body. The key itself is never kept or logged.
+
+import { ALL_V1, type Plugin } from '../lib/context.ts';
+import type { Deps } from '../lib/deps.ts';
+import { GatewayError } from '../lib/errors.ts';
+import { displayPrefix, hashKey, parseKey } from '../lib/keys.ts';
+
+/** The client key from `Authorization: Bearer …` or `x-api-key` (Bearer wins when both are sent). */
+export function presentedKey(headers: Record<string, string | string[] | undefined>): string | undefined {
+  const auth = headers.authorization;
+  if (typeof auth === 'string' && auth.length > 7 && auth.slice(0, 7).toLowerCase() === 'bearer ') return auth.slice(7).trim();
+  const x = headers['x-api-key'];
+  return typeof x === 'string' && x !== '' ? x.trim() : undefined;
+}
+
+export function keyAuth(deps: Pick<Deps, 'keyCache' | 'authFailure' | 'now'>): Plugin {
+  return {
+    name: 'key-auth',
+    routes: ALL_V1,
+    async run(ctx) {
+      const key = presentedKey(ctx.req.headers);
+      if (!key) {
+        await deps.authFailure(ctx, 'missing_key', '');
+        throw new GatewayError('invalid_api_key');
+      }
+      const parts = parseKey(key);
+      if (!parts) {
+        await deps.authFailure(ctx, 'malformed_key', '');
+        throw new GatewayError('invalid_api_key');
+      }
+      const prefix = displayPrefix(parts.profile, parts.token);
+      const found = await deps.keyCache.lookup(hashKey(key));
+      const outcome = !found ? 'unknown_key'
+        : found.row.revoked_at ? 'revoked_key'
+        : found.row.expires_at && Date.parse(found.row.expires_at) <= deps.now() ? 'expired_key'
+        : undefined;
+      if (outcome) {
+        await deps.authFailure(ctx, outcome, prefix);
+        throw new GatewayError('invalid_api_key');
+      }
+      ctx.key = found!;
+    },
+  };
+}

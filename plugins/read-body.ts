@@ -1,0 +1,74 @@
+// Reads and parses the request body, once, after the header-only checks have passed: an
+// unauthenticated client never makes sluice buffer its body. Bodies over 32 MiB answer 413
+// (refused from content-length before reading when it is declared), bodies that stall answer
+// 408, bodies that are not a JSON object with a string `model` answer 400; nothing goes upstream.
+
+import { PROXIED, type Ctx, type Plugin } from '../lib/context.ts';
+import { identify } from '../lib/end-user.ts';
+import { GatewayError } from '../lib/errors.ts';
+
+export const MAX_BODY_BYTES = 32 * 1024 * 1024;
+
+function readAll(ctx: Ctx, timeoutMs: number): Promise<Buffer> {
+  const req = ctx.req;
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const timer = setTimeout(() => fail(new GatewayError('body_timeout')), timeoutMs);
+    function done() {
+      clearTimeout(timer);
+      req.off('data', onData).off('end', onEnd).off('error', onError).off('close', onClose);
+    }
+    function fail(err: Error) {
+      done();
+      req.pause();
+      reject(err);
+    }
+    function onData(c: Buffer) {
+      size += c.length;
+      if (size > MAX_BODY_BYTES) return fail(new GatewayError('request_too_large'));
+      chunks.push(c);
+    }
+    function onEnd() {
+      done();
+      resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size));
+    }
+    function onError(err: Error) {
+      fail(err);
+    }
+    function onClose() {
+      if (!req.complete) fail(new Error('client closed before the body was complete'));
+    }
+    req.on('data', onData).on('end', onEnd).on('error', onError).on('close', onClose);
+  });
+}
+
+export function readBody(opts: { timeoutMs: number }): Plugin {
+  return {
+    name: 'read-body',
+    routes: PROXIED,
+    async run(ctx) {
+      const declared = Number(ctx.req.headers['content-length']);
+      if (declared > MAX_BODY_BYTES) throw new GatewayError('request_too_large');
+      const raw = await readAll(ctx, opts.timeoutMs);
+      let body: unknown;
+      try {
+        body = JSON.parse(raw.toString('utf8'));
+      } catch {
+        throw new GatewayError('invalid_body', { message: 'The request body is not valid JSON.' });
+      }
+      if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+        throw new GatewayError('invalid_body', { message: 'The request body must be a JSON object.' });
+      }
+      const model = (body as Record<string, unknown>).model;
+      if (typeof model !== 'string' || model === '') {
+        throw new GatewayError('invalid_body', { message: 'The request body must name a `model` (a non-empty string).' });
+      }
+      ctx.raw = raw;
+      ctx.body = body as Record<string, any>;
+      ctx.requestedModel = model;
+      ctx.stream = (body as Record<string, unknown>).stream === true;
+      identify(ctx);
+    },
+  };
+}

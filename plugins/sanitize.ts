@@ -1,0 +1,58 @@
+// The messages-dialect sanitizer (spec table): non-vendor models reject these fields, so they go.
+// Adaptive `thinking`, `context_management`, `output_config`, tools' `strict` and `defer_loading`
+// are dropped; `role: system` turns become user turns (role and content only) and consecutive user
+// turns merge, so a conversation that ended on a system turn ends on a user turn. Everything else passes untouched.
+
+import type { Plugin } from '../lib/context.ts';
+
+type Block = Record<string, unknown>;
+
+function blocks(content: unknown): Block[] {
+  if (typeof content === 'string') return [{ type: 'text', text: content }];
+  return Array.isArray(content) ? (content as Block[]) : [];
+}
+
+export function sanitize(): Plugin {
+  return {
+    name: 'sanitize',
+    routes: ['messages'],
+    run(ctx) {
+      const body = ctx.body!;
+      const removed = ctx.removed;
+      if (body.thinking && typeof body.thinking === 'object' && body.thinking.type === 'adaptive') {
+        delete body.thinking;
+        removed.push('thinking');
+      }
+      for (const field of ['context_management', 'output_config']) {
+        if (field in body) {
+          delete body[field];
+          removed.push(field);
+        }
+      }
+      if (Array.isArray(body.tools)) {
+        for (const tool of body.tools) {
+          if (!tool || typeof tool !== 'object') continue;
+          for (const field of ['strict', 'defer_loading']) {
+            if (field in tool) {
+              delete tool[field];
+              if (!removed.includes(`tools[].${field}`)) removed.push(`tools[].${field}`);
+            }
+          }
+        }
+      }
+      if (Array.isArray(body.messages) && body.messages.some((m: any) => m?.role === 'system')) {
+        const out: Array<Record<string, any>> = [];
+        for (const m of body.messages) {
+          const msg = m?.role === 'system' ? { role: 'user', content: m.content } : m;
+          const last = out[out.length - 1];
+          if (msg?.role === 'user' && last?.role === 'user') {
+            out[out.length - 1] = { ...last, content: [...blocks(last.content), ...blocks(msg.content)] };
+          } else out.push(msg);
+        }
+        body.messages = out;
+        removed.push('messages[role=system]');
+      }
+      if (removed.length > 0) ctx.changed = true;
+    },
+  };
+}

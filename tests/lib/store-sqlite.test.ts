@@ -1,0 +1,60 @@
+// Runs the Store contract against the embedded SQLite backing, one temp directory per test, and
+// checks that two stores open on one file at once (the CLI beside a running server) see each
+// other's writes. Must never use a shared or fixed path: each test owns its directory.
+
+import t, { type Test } from 'tap';
+import { openStore } from '../../lib/store/open.ts';
+import type { Store } from '../../lib/store/store.ts';
+import { storeContract } from './store.contract.ts';
+
+// One data directory per test: a later open(t) reopens the same file rather than a fresh one.
+const dirs = new WeakMap<Test, string>();
+
+async function open(t: Test): Promise<Store> {
+  let dir = dirs.get(t);
+  if (!dir) {
+    dir = t.testdir();
+    dirs.set(t, dir);
+  }
+  const store = await openStore({ dataDir: dir });
+  t.equal(store.kind, 'sqlite');
+  return store;
+}
+
+storeContract(t, open);
+
+t.test('two stores on one file see each other', async (t) => {
+  const cli = await open(t);
+  t.teardown(() => cli.close());
+  const server = await open(t);
+  t.teardown(() => server.close());
+
+  const key = await cli.createKey({
+    key_hash: 'c'.repeat(64),
+    prefix: 'sk-sl-cccc',
+    profile: 'team',
+    name: 'ci',
+    ip_allow: '',
+    created_at: '2025-03-01T10:00:00.000Z',
+    expires_at: null,
+  });
+  t.strictSame(await server.keyByHash(key.key_hash), key, 'server sees the key the CLI made');
+
+  await server.touchKey(key.id, '2025-03-01T11:00:00.000Z');
+  await server.insertAudit([{ ts: '2025-03-01T11:00:01.000Z', ip: '203.0.113.9', prefix: '', outcome: 'missing_key' }]);
+  await server.insertRequests([
+    {
+      id: 'req-1', ts: '2025-03-01T11:00:02.000Z', endpoint: 'chat', profile: 'team', key_prefix: key.prefix,
+      end_user: null, session: null, run: null, tier: null, requested_model: 'fast', model: 'm', stream: true,
+      status: 200, outcome: 'ok', input_tokens: 10, output_tokens: 5, cache_read_tokens: 0,
+      cache_write_tokens: 0, reasoning_tokens: 0, cost_usd: 0.002, cost_source: 'upstream', provider: 'p',
+      degradation: 'none', generation_id: 'g', ttfb_ms: 40, duration_ms: 90, overhead_ms: 2, tools: [],
+    },
+  ]);
+  t.equal((await cli.listKeys())[0]?.last_used_at, '2025-03-01T11:00:00.000Z', 'CLI sees the touch');
+  t.equal((await cli.listAudit()).length, 1, 'CLI sees the audit row');
+  t.equal(await cli.spendSince('team', '2025-03-01T00:00:00.000Z'), 0.002, 'CLI sees the spend');
+
+  await cli.revokeKey('team', 'ci', '2025-03-01T12:00:00.000Z');
+  t.equal((await server.keyByHash(key.key_hash))?.revoked_at, '2025-03-01T12:00:00.000Z', 'server sees the revocation');
+});
