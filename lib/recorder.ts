@@ -4,6 +4,7 @@
 // back. Row ids make every write idempotent, so a replay never writes a row twice.
 // It never throws into a request and never drops a row while it can still hold it somewhere.
 
+import { EventEmitter } from 'node:events';
 import { appendFile, readdir, readFile, rename, unlink, mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
@@ -25,6 +26,8 @@ export class Recorder {
   private spooled = 0;
   /** Rows written to the store since start (for /health and tests). */
   written = 0;
+  /** Emits 'row' (RequestRow) as each row is queued: tests wait on it instead of sleeping. */
+  readonly events = new EventEmitter();
 
   constructor(opts: { store: Store; log: Logger; dataDir: string; flushMs?: number; batch?: number; memoryLimit?: number }) {
     this.store = opts.store;
@@ -38,6 +41,7 @@ export class Recorder {
   /** Queues a row; the write happens later, off the request path. */
   add(row: RequestRow): void {
     this.queue.push(row);
+    this.events.emit('row', row);
     if (this.queue.length >= this.batch) void this.flush();
     else this.timer ??= setTimeout(() => void this.flush(), this.failing ? Math.max(this.flushMs, 1000) : this.flushMs);
   }

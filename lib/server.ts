@@ -94,6 +94,20 @@ export async function createGateway(opts: GatewayOptions) {
 
   const proxy = createProxy({ log, config, catalog, now, record, upstreamTimeoutMs: opts.upstreamTimeoutMs ?? 300_000 });
   const modelsBody = Buffer.from(JSON.stringify(modelList(config)));
+  const started = Date.now();
+  /** `GET /health?details`: what an operator checks when something degrades. */
+  function health() {
+    const degraded = counters.degraded || recorder.pending > 0;
+    return {
+      status: degraded ? 'degraded' : 'ok',
+      version: VERSION,
+      uptime_s: Math.round((Date.now() - started) / 1000),
+      store: { kind: store.kind, rows_written: recorder.written, rows_pending: recorder.pending },
+      counters: { kind: counters.kind, degraded: counters.degraded },
+      catalog: Object.fromEntries([...config.routers.keys()].map((r) => [r, { refreshed_at: catalog.refreshedAt.get(r) ?? null }])),
+      in_flight: inFlight,
+    };
+  }
   let inFlight = 0;
   let idle: (() => void) | undefined;
 
@@ -106,7 +120,8 @@ export async function createGateway(opts: GatewayOptions) {
       return;
     }
     if (path === '/health' && (req.method === 'GET' || req.method === 'HEAD')) {
-      res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
+      if (q === -1) res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
+      else res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(health()));
       return;
     }
     const def = ROUTES[path];

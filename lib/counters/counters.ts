@@ -13,6 +13,8 @@ export interface Verdict {
 
 export interface Counters {
   readonly kind: 'memory' | 'redis';
+  /** True while a shared backing is unreachable and this process counts on its own. */
+  readonly degraded: boolean;
   /**
    * Counts `points` into the fixed window `bucket`. Allowed while the window's total stays
    * within `limit`; with `blockS`, going over blocks the bucket for that long.

@@ -9,6 +9,7 @@ interface Entry { value: number | string; expiresAt: number }
 
 export class MemoryCounters implements Counters {
   readonly kind = 'memory' as const;
+  readonly degraded = false;
   private readonly limiters = new Map<string, RateLimiterMemory>();
   private readonly entries = new Map<string, Entry>();
   private readonly sweep: NodeJS.Timeout;
