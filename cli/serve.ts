@@ -39,7 +39,9 @@ export async function serve(opts: { config: string; listen: string; env?: NodeJS
   }
   const timeoutS = Number(env.SLUICE_UPSTREAM_TIMEOUT_S ?? 300);
   if (!(timeoutS > 0)) throw new UsageError(`SLUICE_UPSTREAM_TIMEOUT_S must be a positive number of seconds, got "${env.SLUICE_UPSTREAM_TIMEOUT_S}"`);
-  const gateway = await createGateway({ config, store, counters, log, env, dataDir, upstreamTimeoutMs: timeoutS * 1000 });
+  const cacheS = Number(env.SLUICE_KEY_CACHE_TTL_S ?? 60);
+  if (!(cacheS >= 0 && cacheS <= 60)) throw new UsageError(`SLUICE_KEY_CACHE_TTL_S must be between 0 and 60 seconds, got "${env.SLUICE_KEY_CACHE_TTL_S}"`);
+  const gateway = await createGateway({ config, store, counters, log, env, dataDir, upstreamTimeoutMs: timeoutS * 1000, keyCacheTtlMs: cacheS * 1000 });
   const addr = await gateway.listen(host, port);
   log.info({ version: VERSION, listen: `${addr.address}:${addr.port}`, store: store.kind, counters: counters.kind, profiles: [...config.profiles.keys()] }, 'sluice listening');
 

@@ -37,6 +37,8 @@ export interface GatewayOptions {
   now?: () => number;
   upstreamTimeoutMs?: number;
   bodyTimeoutMs?: number;
+  /** How long a key lookup is cached: a revocation takes effect within this time (default 60 s). */
+  keyCacheTtlMs?: number;
   /** Load the router catalog at start-up (tests that need no catalog may skip the fetch). */
   loadCatalog?: boolean;
 }
@@ -77,7 +79,7 @@ export async function createGateway(opts: GatewayOptions) {
 
   const deps: Deps = {
     config, store, counters, log, now, upstreamKeys, trustedProxies, catalog, recorder, budget,
-    keyCache: new KeyCache({ store, now, onTouchError: (err) => log.warn({ err: (err as Error).message }, 'last_used_at update failed') }),
+    keyCache: new KeyCache({ store, now, ttlMs: opts.keyCacheTtlMs, onTouchError: (err) => log.warn({ err: (err as Error).message }, 'last_used_at update failed') }),
     auto: new AutoRouter({ auto: config.auto, counters, catalog, log, record, now }),
     async authFailure(ctx, outcome, prefix) {
       log.info({ req: ctx.id, ip: ctx.ip, prefix, outcome }, 'auth failure');
