@@ -67,7 +67,8 @@ export class AutoRouter {
     const sessionKey = ctx.session ? `auto:${profile.name}:${ctx.session}` : undefined;
     if (sessionKey) {
       const kept = await this.counters.getText(sessionKey);
-      if (kept && this.auto.ladder.includes(kept)) return kept;
+      // A kept tier is reused if it is still on the ladder, or is the default a failed decision fell back to.
+      if (kept && (this.auto.ladder.includes(kept) || kept === profile.default_tier)) return kept;
     }
     const tier = (await this.ask(ctx)) ?? profile.default_tier;
     if (sessionKey) await this.counters.setText(sessionKey, tier, this.auto.session_ttl_minutes * 60);

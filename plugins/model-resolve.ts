@@ -17,6 +17,11 @@ function set(ctx: Ctx, field: string, value: unknown): void {
   }
 }
 
+function capField(ctx: Ctx, field: string, cap: number): void {
+  const asked = ctx.body![field];
+  if (typeof asked !== 'number' || asked > cap) set(ctx, field, cap);
+}
+
 export function modelResolve(deps: Pick<Deps, 'config' | 'catalog' | 'auto'>): Plugin {
   const { tiers } = deps.config;
   return {
@@ -51,9 +56,11 @@ export function modelResolve(deps: Pick<Deps, 'config' | 'catalog' | 'auto'>): P
       if (maxCompletion) cap = cap === undefined ? maxCompletion : Math.min(cap, maxCompletion);
       if (ctx.degradation === 'max-tokens') cap = Math.min(cap ?? DEGRADED_MAX_TOKENS, DEGRADED_MAX_TOKENS);
       if (cap === undefined) return;
-      const field = ctx.dialect === 'chat' && ctx.body!.max_completion_tokens !== undefined && ctx.body!.max_tokens === undefined ? 'max_completion_tokens' : 'max_tokens';
-      const asked = ctx.body![field];
-      if (typeof asked !== 'number' || asked > cap) set(ctx, field, cap);
+      // Chat: cap whichever of the two fields the client sent (both, if it sent both, so neither
+      // slips past the cap); set `max_tokens` when it sent neither.
+      const completion = ctx.dialect === 'chat' && ctx.body!.max_completion_tokens !== undefined;
+      if (completion) capField(ctx, 'max_completion_tokens', cap);
+      if (!completion || ctx.body!.max_tokens !== undefined) capField(ctx, 'max_tokens', cap);
     },
   };
 }

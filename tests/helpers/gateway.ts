@@ -151,7 +151,9 @@ export async function startHarness(t: Test, opts: HarnessOptions = {}): Promise<
   return {
     url: `http://127.0.0.1:${addr.port}`,
     sim, gateway, store, config, dataDir, configDir, clock,
-    logs: new Proxy([], { get: (_t, p) => (lines.map((l) => JSON.parse(l)) as any)[p] }) as Array<Record<string, any>>,
+    get logs() {
+      return lines.map((l) => JSON.parse(l) as Record<string, any>);
+    },
     logText: () => lines.join('\n'),
     key: (profile = 'dev', o = {}) => createKey(store, config, { profile, name: o.name ?? `k${++keySeq}`, expires: o.expires, ip: o.ip }, clock.now),
     async rows(count) {
