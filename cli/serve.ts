@@ -51,10 +51,16 @@ export async function serve(opts: { config: string; listen: string; env?: NodeJS
     if (stopping) return;
     stopping = true;
     log.info({ signal }, 'shutting down: no new connections, open streams may finish');
-    await gateway.close(opts.graceMs ?? Number(env.SLUICE_SHUTDOWN_GRACE_S ?? 10) * 1000);
-    await counters.close();
-    await store.close();
-    log.info('stopped; every row flushed');
+    try {
+      await gateway.close(opts.graceMs ?? Number(env.SLUICE_SHUTDOWN_GRACE_S ?? 10) * 1000);
+      await counters.close();
+      await store.close();
+    } catch (err) {
+      // A stop that fails must still end the process, and say so: exit 1 instead of hanging on.
+      log.error({ err: (err as Error).message }, 'shutdown failed');
+      process.exit(1);
+    }
+    log.info({ rows_written: gateway.deps.recorder.written, rows_spooled: gateway.deps.recorder.pending }, 'stopped; every row written or spooled for the next start');
     process.exit(0);
   };
   process.once('SIGTERM', () => void stop('SIGTERM'));

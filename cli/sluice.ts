@@ -11,7 +11,6 @@ import { ConfigError, loadConfig } from '../lib/config.ts';
 import { openStore } from '../lib/store/open.ts';
 import { UsageError } from './errors.ts';
 import { createKey, formatKeyTable, listKeys, revokeKey } from './keys.ts';
-import { parseListen, serve } from './serve.ts';
 
 const env = process.env;
 const configOpt = { type: 'string', default: env.SLUICE_CONFIG_DIR ?? './config', describe: 'directory holding profiles.yaml and tiers.yaml' } as const;
@@ -34,7 +33,11 @@ const cli = yargs(hideBin(process.argv))
   .command('serve', 'run the gateway', (y) => y
     .option('config', configOpt)
     .option('listen', { type: 'string', default: env.SLUICE_LISTEN ?? '127.0.0.1:8080', describe: 'HOST:PORT to listen on' }),
-  (a) => serve({ config: a.config, listen: a.listen }))
+  async (a) => {
+    // Loaded on demand: the gateway's modules would double the start-up time of every admin command.
+    const { serve } = await import('./serve.ts');
+    await serve({ config: a.config, listen: a.listen });
+  })
   .command('keys', 'manage client keys', (y) => y
     .command('create', 'create a key and print it once', (k) => k
       .option('profile', { type: 'string', demandOption: true })
@@ -70,6 +73,7 @@ const cli = yargs(hideBin(process.argv))
     .option('provisioning-key', { type: 'string', describe: 'the management key its /api/v1/keys API accepts (default: SLUICE_PROVISIONING_KEY)' }),
   async (a) => {
     const { startSimulatedRouter } = await import('../lib/simulated-router.ts');
+    const { parseListen } = await import('./serve.ts');
     const { host, port } = parseListen(a.listen);
     const sim = await startSimulatedRouter({ host, port, provisioningKey: a['provisioning-key'] ?? env.SLUICE_PROVISIONING_KEY, record: false });
     process.stderr.write(`simulated router listening on ${sim.url} (point a router url at it)\n`);

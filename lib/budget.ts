@@ -65,16 +65,30 @@ export class Budget {
   private async spend(profile: string, now: number): Promise<{ day: number; month: number; w: ReturnType<typeof windows> }> {
     const { w, dayKey, monthKey } = this.keys(profile, now);
     let [day, month] = await Promise.all([this.counters.get(dayKey), this.counters.get(monthKey)]);
-    if (day === undefined) day = await this.counters.seed(dayKey, micro(await this.store.spendSince(profile, new Date(w.dayStart).toISOString())), DAY_TTL_S);
-    if (month === undefined) month = await this.counters.seed(monthKey, micro(await this.store.spendSince(profile, new Date(w.monthStart).toISOString())), MONTH_TTL_S);
+    day ??= await this.seed(dayKey, profile, w.dayStart, DAY_TTL_S);
+    month ??= await this.seed(monthKey, profile, w.monthStart, MONTH_TTL_S);
     return { day, month, w };
+  }
+
+  /** Seeds a missing window from the store; while the store is away, counts from zero (unseeded,
+   *  so a later call seeds it, and reconcile() raises a counter that started late). */
+  private async seed(key: string, profile: string, since: number, ttlS: number): Promise<number> {
+    let stored: number;
+    try {
+      stored = micro(await this.store.spendSince(profile, new Date(since).toISOString()));
+    } catch {
+      return 0;
+    }
+    return this.counters.seed(key, stored, ttlS);
   }
 
   async state(profile: Profile): Promise<BudgetState> {
     const now = this.now();
     const { day, month, w } = await this.spend(profile.name, now);
-    const dayPct = (day / 1e6 / profile.budget.daily_usd) * 100;
-    const monthPct = (month / 1e6 / profile.budget.monthly_usd) * 100;
+    // From the integer micro-USD amounts: one correctly rounded division, so spend exactly at a
+    // threshold reads as that threshold (0.0595 / 0.07 * 100 would give 84.99999999999999).
+    const dayPct = (day * 100) / micro(profile.budget.daily_usd);
+    const monthPct = (month * 100) / micro(profile.budget.monthly_usd);
     const percent = Math.max(dayPct, monthPct);
     const level = degradationFor(percent);
     const resetAt = monthPct >= 100 ? w.monthEnd : w.dayEnd;

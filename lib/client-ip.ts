@@ -15,9 +15,9 @@ export function compileIpList(entries: string[]): BlockList {
   for (const raw of entries) {
     const entry = raw.trim();
     if (!entry) continue;
-    const [addr, bits] = entry.split('/');
+    const [addr, bits, extra] = entry.split('/');
     const type = isIPv4(addr) ? 'ipv4' : isIPv6(addr) ? 'ipv6' : undefined;
-    if (!type) throw new Error(`not an IP address or CIDR: ${entry}`);
+    if (!type || extra !== undefined) throw new Error(`not an IP address or CIDR: ${entry}`);
     if (bits === undefined) {
       list.addAddress(addr, type);
       continue;
@@ -52,7 +52,16 @@ export function clientIp(socketAddress: string | undefined, xff: string | string
 
 /** The bucket an address counts in for the auth-failure block: IPv4 whole, IPv6 by its /64. */
 export function ipBlockBucket(ip: string): string {
+  ip = normalizeIp(ip);
   if (!isIPv6(ip)) return ip;
+  const zone = ip.indexOf('%');
+  if (zone >= 0) ip = ip.slice(0, zone); // a zone index names the interface, not the network
+  // An embedded IPv4 tail (`::1.2.3.4`) stands for two groups; spell it as hex so the count is right.
+  const last = ip.lastIndexOf(':');
+  if (ip.includes('.', last)) {
+    const [a, b, c, d] = ip.slice(last + 1).split('.').map(Number);
+    ip = `${ip.slice(0, last + 1)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+  }
   const [head, tail = ''] = ip.split('::');
   const h = head ? head.split(':') : [];
   const t = tail ? tail.split(':') : [];

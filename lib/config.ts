@@ -123,11 +123,15 @@ export function loadConfig(dir: string): Config {
   const rawTiers = readYaml(tiersFile, problems);
 
   const tiers = new Map<string, Tier>();
+  // Every tier the file declares, valid or not: references are checked against these names, so a
+  // tier with a bad field is reported once, not again by every profile that names it.
+  let tierNames: Set<string> | undefined;
   let auto: AutoConfig | undefined;
   if (rawTiers !== undefined) {
     const r = new Reader(tiersFile, problems);
     const top = r.object(rawTiers, '(top)', ['tiers', 'auto'], ['tiers', 'auto']);
     const tierMap = top?.tiers === undefined ? undefined : r.map(top.tiers, 'tiers');
+    if (tierMap) tierNames = new Set(Object.keys(tierMap));
     for (const [name, raw] of Object.entries(tierMap ?? {})) {
       const p = `tiers.${name}`;
       const o = r.object(raw, p, ['model', 'fallbacks', 'price', 'max_output_tokens'], ['model', 'price', 'max_output_tokens']);
@@ -142,12 +146,12 @@ export function loadConfig(dir: string): Config {
         tiers.set(name, { name, model, fallbacks, price: { input_per_mtok: input, output_per_mtok: output }, max_output_tokens: maxOut });
       }
     }
-    if (tierMap && !('fast' in tierMap)) r.fail('tiers.fast', 'is required (budget degradation falls back to it)');
+    if (tierNames && !tierNames.has('fast')) r.fail('tiers.fast', 'is required (budget degradation falls back to it)');
     const a = top?.auto === undefined ? undefined : r.object(top.auto, 'auto', ['decision_model', 'ladder', 'session_ttl_minutes', 'decision_timeout_ms'], ['decision_model', 'ladder']);
     if (a) {
       const decision_model = a.decision_model === undefined ? undefined : r.string(a.decision_model, 'auto.decision_model');
       const ladder = a.ladder === undefined ? undefined : r.strings(a.ladder, 'auto.ladder');
-      ladder?.forEach((t, i) => { if (tierMap && !(t in tierMap)) r.fail(`auto.ladder[${i}]`, `names unknown tier "${t}"`); });
+      ladder?.forEach((t, i) => { if (tierNames && !tierNames.has(t)) r.fail(`auto.ladder[${i}]`, `names unknown tier "${t}"`); });
       if (ladder && ladder.length === 0) r.fail('auto.ladder', 'must name at least one tier');
       const ttl = a.session_ttl_minutes === undefined ? 360 : r.number(a.session_ttl_minutes, 'auto.session_ttl_minutes', { positive: true });
       const timeout = a.decision_timeout_ms === undefined ? 2500 : r.number(a.decision_timeout_ms, 'auto.decision_timeout_ms', { int: true, positive: true });
@@ -181,9 +185,10 @@ export function loadConfig(dir: string): Config {
       const o = r.object(raw, p, ['default_tier', 'router', 'budget', 'l2_cache', 'rate_limits'], ['default_tier', 'router', 'budget']);
       if (!o) continue;
       const default_tier = o.default_tier === undefined ? undefined : r.string(o.default_tier, `${p}.default_tier`);
-      if (default_tier && rawTiers !== undefined && !tiers.has(default_tier)) r.fail(`${p}.default_tier`, `names unknown tier "${default_tier}"`);
+      if (default_tier && tierNames && !tierNames.has(default_tier)) r.fail(`${p}.default_tier`, `names unknown tier "${default_tier}"`);
       const router = o.router === undefined ? undefined : r.string(o.router, `${p}.router`);
-      if (router && routerMap && !(router in routerMap)) r.fail(`${p}.router`, `names unknown router "${router}"`);
+      // Own keys only: `in` would accept inherited names such as "toString".
+      if (router && routerMap && !Object.hasOwn(routerMap, router)) r.fail(`${p}.router`, `names unknown router "${router}"`);
       const b = o.budget === undefined ? undefined : r.object(o.budget, `${p}.budget`, ['daily_usd', 'monthly_usd'], ['daily_usd', 'monthly_usd']);
       const daily = b?.daily_usd === undefined ? undefined : r.number(b.daily_usd, `${p}.budget.daily_usd`, { positive: true });
       const monthly = b?.monthly_usd === undefined ? undefined : r.number(b.monthly_usd, `${p}.budget.monthly_usd`, { positive: true });

@@ -1,7 +1,8 @@
 // The recorder: request rows are queued off the request path and written to the store in
 // batches, within a second of the response's end. When the store fails, rows wait in memory and
 // then in a spool file under the data directory (JSON lines), and are written when the store is
-// back. Row ids make every write idempotent, so a replay never writes a row twice.
+// back. Row ids make every write idempotent, so a replay never writes a row twice. A spool left by
+// an earlier process is replayed by the first flush, which the constructor schedules at once.
 // It never throws into a request and never drops a row while it can still hold it somewhere.
 
 import { EventEmitter } from 'node:events';
@@ -24,6 +25,8 @@ export class Recorder {
   private running?: Promise<void>;
   private failing = false;
   private spooled = 0;
+  /** A spool file may hold rows: left by an earlier process (unknown until looked at) or by this one. */
+  private spoolDirty = true;
   /** Rows written to the store since start (for /health and tests). */
   written = 0;
   /** Emits 'row' (RequestRow) as each row is queued: tests wait on it instead of sleeping. */
@@ -36,6 +39,11 @@ export class Recorder {
     this.flushMs = opts.flushMs ?? 250;
     this.batch = opts.batch ?? 500;
     this.memoryLimit = opts.memoryLimit ?? 5_000;
+  }
+
+  /** Rows spooled by an earlier process come home at start-up, not only once traffic arrives. */
+  start(): void {
+    void this.flush();
   }
 
   /** Queues a row; the write happens later, off the request path. */
@@ -56,12 +64,21 @@ export class Recorder {
     this.timer = undefined;
     this.running ??= this.round().finally(() => {
       this.running = undefined;
-      if (this.queue.length > 0) this.timer ??= setTimeout(() => void this.flush(), this.failing ? 1000 : this.flushMs);
+      // Retry while anything is held, in memory or on disk (a failed replay included).
+      if (this.queue.length > 0 || this.spoolDirty) this.timer ??= setTimeout(() => void this.flush(), this.failing ? 1000 : this.flushMs);
     });
     return this.running;
   }
 
   private async round(): Promise<void> {
+    if (!(await this.writeQueue())) return;
+    if (this.spoolDirty) await this.replay();
+    // Rows queued while the replay ran belong to this flush too: whoever awaits it sees them written.
+    if (this.queue.length > 0 && !this.failing) return this.round();
+  }
+
+  /** Writes the queue in batches; false when the store failed (the rest stays queued). */
+  private async writeQueue(): Promise<boolean> {
     while (this.queue.length > 0) {
       const rows = this.queue.slice(0, this.batch);
       try {
@@ -70,17 +87,15 @@ export class Recorder {
         if (!this.failing) this.log.error({ err: (err as Error).message, pending: this.queue.length }, 'store unreachable; request rows are held until it returns');
         this.failing = true;
         if (this.queue.length > this.memoryLimit) await this.spool();
-        return;
+        return false;
       }
       this.queue.splice(0, rows.length);
       this.written += rows.length;
       if (this.failing) this.log.info('store reachable again; writing held request rows');
       this.failing = false;
     }
-    if (this.spooled > 0 || !this.checkedSpool) await this.replay();
+    return true;
   }
-
-  private checkedSpool = false;
 
   /** Moves every queued row to the spool file. */
   private async spool(): Promise<void> {
@@ -89,8 +104,10 @@ export class Recorder {
     this.queue = [];
     try {
       await mkdir(this.dir, { recursive: true });
-      await appendFile(join(this.dir, SPOOL), rows.map((r) => JSON.stringify(r)).join('\n') + '\n', { mode: 0o600 });
+      // The leading newline ends a line torn by a crash mid-append, so it cannot swallow the first new row.
+      await appendFile(join(this.dir, SPOOL), '\n' + rows.map((r) => JSON.stringify(r)).join('\n') + '\n', { mode: 0o600 });
       this.spooled += rows.length;
+      this.spoolDirty = true;
       this.log.warn({ rows: rows.length, file: join(this.dir, SPOOL) }, 'request rows spooled to disk');
     } catch (err) {
       this.queue = rows.concat(this.queue);
@@ -100,7 +117,8 @@ export class Recorder {
 
   /** Writes spooled rows (this process's and any left by an earlier one) to the store. */
   private async replay(): Promise<void> {
-    this.checkedSpool = true;
+    // Spooling runs only inside a round or in close() after the last round, never during a replay.
+    this.spoolDirty = false;
     let files: string[];
     try {
       files = (await readdir(this.dir)).filter((f) => f === SPOOL || (f.startsWith(`${SPOOL}.`) && f.endsWith('.replaying')));
@@ -109,33 +127,36 @@ export class Recorder {
     }
     for (const f of files) {
       let file = join(this.dir, f);
-      if (f === SPOOL) {
-        // Rename first: rows spooled from now on go to a fresh file, never into the one being replayed.
-        const claimed = `${file}.${process.pid}.${Date.now()}.replaying`;
-        try {
-          await rename(file, claimed);
-        } catch {
-          continue;
-        }
-        file = claimed;
-      }
-      const rows = (await readFile(file, 'utf8')).split('\n').filter(Boolean).flatMap((line) => {
-        try {
-          return [JSON.parse(line) as RequestRow];
-        } catch {
-          return []; // a torn last line from a crash: that row was never acknowledged
-        }
-      });
+      let rows: RequestRow[];
       try {
+        if (f === SPOOL) {
+          // Rename first: rows spooled from now on go to a fresh file, never into the one being replayed.
+          const claimed = `${file}.${process.pid}.${Date.now()}.replaying`;
+          await rename(file, claimed);
+          file = claimed;
+        }
+        rows = (await readFile(file, 'utf8')).split('\n').filter(Boolean).flatMap((line) => {
+          try {
+            return [JSON.parse(line) as RequestRow];
+          } catch {
+            return []; // a line torn by a crash mid-append: that row was never acknowledged
+          }
+        });
+        // A replay cut short leaves the file; the next one writes it all again, and row ids skip
+        // what already landed.
         for (let i = 0; i < rows.length; i += this.batch) await this.store.insertRequests(rows.slice(i, i + this.batch));
+        await unlink(file);
       } catch (err) {
-        this.log.error({ err: (err as Error).message }, 'spool replay failed; will retry');
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue; // another process took this file
+        if (!this.failing) this.log.error({ err: (err as Error).message }, 'spool replay failed; will retry');
         this.failing = true;
+        this.spoolDirty = true;
         return;
       }
-      await unlink(file);
       this.written += rows.length;
       this.spooled = Math.max(0, this.spooled - rows.length);
+      if (this.failing) this.log.info('store reachable again; writing held request rows');
+      this.failing = false;
       this.log.info({ rows: rows.length }, 'spooled request rows written');
     }
   }

@@ -69,6 +69,7 @@ export async function createGateway(opts: GatewayOptions) {
   const catalog = new Catalog({ routers: config.routers.values(), log });
   if (opts.loadCatalog !== false) await catalog.start();
   const recorder = new Recorder({ store, log, dataDir: opts.dataDir });
+  recorder.start();
   const budget = new Budget({ counters, store, now });
 
   /** Every row goes through here: queued for the store, and its cost added to the profile's spend. */
@@ -162,10 +163,11 @@ export async function createGateway(opts: GatewayOptions) {
       const dialect = ROUTES[path]?.dialect ?? guessDialect(req, path);
       if (err instanceof GatewayError) {
         renderError(res, dialect, err);
-        // A refused body may still be arriving: close rather than read it.
-        if (err.code === 'request_too_large' || err.code === 'body_timeout') res.once('finish', () => req.socket.destroy());
-      } else if (!res.headersSent && !res.destroyed && req.complete === false && req.socket.destroyed) {
-        // The client went away while its body was arriving: nothing to answer.
+        // A refused body may still be arriving: close the connection rather than read it on.
+        if (err.code === 'request_too_large' || err.code === 'body_timeout') res.once('finish', () => lingeringClose(req));
+      } else if (!req.complete && req.socket.destroyed) {
+        // The client went away while its body was arriving (its socket, and so `res`, is gone): nothing to answer.
+        log.debug({ err: (err as Error).message }, 'client closed before its request body was complete');
       } else {
         log.error({ err: (err as Error).message, stack: (err as Error).stack }, 'request failed inside the gateway');
         renderError(res, dialect, new GatewayError('internal'));
@@ -173,9 +175,15 @@ export async function createGateway(opts: GatewayOptions) {
     });
   });
   server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
-    // Malformed HTTP (bad request line, huge headers): answer plainly and close; never crash.
-    if (socket.writable) socket.end(err.code === 'HPE_HEADER_OVERFLOW' ? 'HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\n\r\n' : 'HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n');
-    else socket.destroy();
+    // Malformed HTTP (bad request line, huge headers, a slow header block): answer plainly and
+    // close; never crash. As Node's own handler does, write nothing when a response on this socket
+    // has already begun (a pipelined bad request behind a streaming one): those bytes would land
+    // inside that response. Just close.
+    const current = (socket as { _httpMessage?: ServerResponse })._httpMessage;
+    if (!socket.writable || current?.headersSent) return void socket.destroy();
+    socket.end(err.code === 'HPE_HEADER_OVERFLOW' ? 'HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\n\r\n'
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'HTTP/1.1 408 Request Timeout\r\nconnection: close\r\n\r\n'
+      : 'HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n');
   });
 
   const reconcile = setInterval(() => {
@@ -218,6 +226,24 @@ export async function createGateway(opts: GatewayOptions) {
 }
 
 export type Gateway = Awaited<ReturnType<typeof createGateway>>;
+
+/** How long the connection of a refused body keeps draining after the refusal (see lingeringClose). */
+const LINGER_MS = 2_000;
+
+/**
+ * Closes the connection of a request whose body was refused while it may still be arriving (413,
+ * 408). Destroying the socket at once makes the kernel answer the unread bytes with a reset, which
+ * can discard the refusal before the client reads it. So: FIN first, then read and drop whatever
+ * still comes for at most LINGER_MS (a "lingering close", as nginx does), then destroy.
+ */
+function lingeringClose(req: IncomingMessage): void {
+  const socket = req.socket;
+  if (socket.destroyed) return;
+  const timer = setTimeout(() => socket.destroy(), LINGER_MS).unref();
+  socket.once('close', () => clearTimeout(timer));
+  socket.end();
+  req.resume();
+}
 
 /** GET /v1/models: sluice/auto, the sluice/<tier> aliases and the tier models, in a shape both SDKs read. */
 export function modelList(config: Config) {

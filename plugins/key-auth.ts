@@ -31,7 +31,14 @@ export function keyAuth(deps: Pick<Deps, 'keyCache' | 'authFailure' | 'now'>): P
         throw new GatewayError('invalid_api_key');
       }
       const prefix = displayPrefix(parts.profile, parts.token);
-      const found = await deps.keyCache.lookup(hashKey(key));
+      let found;
+      try {
+        found = await deps.keyCache.lookup(hashKey(key));
+      } catch {
+        // The store is away and this key was never seen: not the client's fault, so no audit and
+        // no count toward the IP block; a retryable 503 instead of a 401 it could not earn.
+        throw new GatewayError('store_unavailable');
+      }
       const outcome = !found ? 'unknown_key'
         : found.row.revoked_at ? 'revoked_key'
         : found.row.expires_at && Date.parse(found.row.expires_at) <= deps.now() ? 'expired_key'

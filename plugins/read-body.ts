@@ -1,16 +1,30 @@
 // Reads and parses the request body, once, after the header-only checks have passed: an
 // unauthenticated client never makes sluice buffer its body. Bodies over 32 MiB answer 413
 // (refused from content-length before reading when it is declared), bodies that stall answer
-// 408, bodies that are not a JSON object with a string `model` answer 400; nothing goes upstream.
+// 408, bodies that are not a JSON object with a usable string `model`, or that nest deeper than
+// anything downstream can re-serialise, answer 400; nothing goes upstream.
 
 import { PROXIED, type Ctx, type Plugin } from '../lib/context.ts';
 import { identify } from '../lib/end-user.ts';
 import { GatewayError } from '../lib/errors.ts';
 
 export const MAX_BODY_BYTES = 32 * 1024 * 1024;
+/**
+ * Arrays and objects nested deeper than this answer 400. JSON.parse copes with any depth, but
+ * JSON.stringify (the proxy re-serialises a changed body) overflows the stack a few thousand
+ * levels down; real requests (tool schemas included) stay far below this.
+ */
+export const MAX_DEPTH = 512;
+/**
+ * The model id goes upstream as given and comes back in the `x-sluice-model` response header, so
+ * it must be a header-safe token: router ids are short printable ASCII (`openai/gpt-5:online`).
+ */
+const MODEL_RE = /^[\x21-\x7e]{1,256}$/;
 
 function readAll(ctx: Ctx, timeoutMs: number): Promise<Buffer> {
   const req = ctx.req;
+  // The client may have left while the header-only checks awaited: 'close' has already fired.
+  if (req.destroyed) return Promise.reject(new Error('client closed before the body was complete'));
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -43,6 +57,28 @@ function readAll(ctx: Ctx, timeoutMs: number): Promise<Buffer> {
   });
 }
 
+/**
+ * Whether arrays and objects nest deeper than `limit`. Walks containers only, without recursion
+ * (the point is to survive bodies that would overflow the stack); primitives cost one type check.
+ */
+export function nestedDeeperThan(root: object, limit: number): boolean {
+  const values: object[] = [root];
+  const depths: number[] = [1];
+  while (values.length > 0) {
+    const v = values.pop() as Record<string, unknown>;
+    const depth = depths.pop()!;
+    if (depth > limit) return true;
+    for (const k in v) {
+      const child = v[k];
+      if (child !== null && typeof child === 'object') {
+        values.push(child);
+        depths.push(depth + 1);
+      }
+    }
+  }
+  return false;
+}
+
 export function readBody(opts: { timeoutMs: number }): Plugin {
   return {
     name: 'read-body',
@@ -63,6 +99,13 @@ export function readBody(opts: { timeoutMs: number }): Plugin {
       const model = (body as Record<string, unknown>).model;
       if (typeof model !== 'string' || model === '') {
         throw new GatewayError('invalid_body', { message: 'The request body must name a `model` (a non-empty string).' });
+      }
+      if (!MODEL_RE.test(model)) {
+        throw new GatewayError('invalid_body', { message: 'The `model` must be at most 256 printable ASCII characters, without spaces.' });
+      }
+      // Nesting deeper than MAX_DEPTH needs at least 2 × MAX_DEPTH bytes: small bodies skip the walk.
+      if (raw.length > 2 * MAX_DEPTH && nestedDeeperThan(body, MAX_DEPTH)) {
+        throw new GatewayError('invalid_body', { message: `The request body nests arrays and objects deeper than ${MAX_DEPTH} levels.` });
       }
       ctx.raw = raw;
       ctx.body = body as Record<string, any>;

@@ -10,7 +10,7 @@ import { RateLimiterRedis } from 'rate-limiter-flexible';
 import type { Counters, Verdict } from './counters.ts';
 import { MemoryCounters, toVerdict } from './memory.ts';
 
-const PREFIX = 'sluice:';
+const DEFAULT_PREFIX = 'sluice:';
 
 export class RedisCounters implements Counters {
   readonly kind = 'redis' as const;
@@ -18,23 +18,23 @@ export class RedisCounters implements Counters {
   private readonly fallback = new MemoryCounters();
   private readonly limiters = new Map<string, RateLimiterRedis>();
   private readonly log: Logger;
+  /** Namespace of every key this instance writes (tests give each run its own). */
+  private readonly prefix: string;
   private down = false;
 
-  constructor(opts: { url: string; log: Logger }) {
+  constructor(opts: { url: string; log: Logger; prefix?: string; commandTimeoutMs?: number }) {
     this.log = opts.log;
+    this.prefix = opts.prefix ?? DEFAULT_PREFIX;
     this.client = new Redis(opts.url, {
       enableOfflineQueue: false,
       maxRetriesPerRequest: 0,
       connectTimeout: 2000,
-      commandTimeout: 1000,
+      commandTimeout: opts.commandTimeoutMs ?? 1000,
       retryStrategy: (times) => Math.min(100 * times, 2000),
     });
     this.client.on('error', (err) => this.markDown(err.message));
     this.client.on('close', () => this.markDown('connection closed'));
-    this.client.on('ready', () => {
-      if (this.down) this.log.info('Redis is back: counters are shared again');
-      this.down = false;
-    });
+    this.client.on('ready', () => this.markUp());
   }
 
   /** Whether the last contact with Redis failed (shown in /health). */
@@ -47,12 +47,18 @@ export class RedisCounters implements Counters {
     this.down = true;
   }
 
+  /** On 'ready', and on any command that succeeds: a timeout on a live connection ends with no reconnect. */
+  private markUp(): void {
+    if (this.down) this.log.info('Redis is back: counters are shared again');
+    this.down = false;
+  }
+
   private limiter(limit: number, windowS: number, blockS = 0): RateLimiterRedis {
     const id = `${limit}:${windowS}:${blockS}`;
     let l = this.limiters.get(id);
     if (!l) {
       l = new RateLimiterRedis({
-        storeClient: this.client, keyPrefix: `${PREFIX}rl:${id}`, points: limit, duration: windowS, blockDuration: blockS,
+        storeClient: this.client, keyPrefix: `${this.prefix}rl:${id}`, points: limit, duration: windowS, blockDuration: blockS,
         rejectIfRedisNotReady: true, insuranceLimiter: this.fallback.limiter(limit, windowS, blockS),
       });
       this.limiters.set(id, l);
@@ -73,7 +79,9 @@ export class RedisCounters implements Counters {
   private async either<T>(redis: () => Promise<T>, memory: () => Promise<T>): Promise<T> {
     if (this.client.status !== 'ready') return memory();
     try {
-      return await redis();
+      const value = await redis();
+      if (this.down) this.markUp();
+      return value;
     } catch (err) {
       this.markDown((err as Error).message);
       return memory();
@@ -82,31 +90,36 @@ export class RedisCounters implements Counters {
 
   incr(key: string, amount: number, ttlS: number): Promise<number> {
     return this.either(async () => {
-      const [[, total]] = (await this.client.multi().incrby(PREFIX + key, amount).expire(PREFIX + key, ttlS, 'NX').exec())! as [[unknown, number]];
+      // SET NX EX then INCRBY, in one transaction: the ttl starts when the counter is created and
+      // later adds leave it alone (EXPIRE … NX would do the same, but only from Redis 7).
+      const k = this.prefix + key;
+      const replies = (await this.client.multi().set(k, 0, 'EX', ttlS, 'NX').incrby(k, amount).exec())!;
+      const [err, total] = replies[1]!;
+      if (err) throw err;
       return Number(total);
     }, () => this.fallback.incr(key, amount, ttlS));
   }
 
   get(key: string): Promise<number | undefined> {
     return this.either(async () => {
-      const v = await this.client.get(PREFIX + key);
+      const v = await this.client.get(this.prefix + key);
       return v === null ? undefined : Number(v);
     }, () => this.fallback.get(key));
   }
 
   seed(key: string, value: number, ttlS: number): Promise<number> {
     return this.either(async () => {
-      await this.client.set(PREFIX + key, value, 'EX', ttlS, 'NX');
-      return Number(await this.client.get(PREFIX + key));
+      await this.client.set(this.prefix + key, value, 'EX', ttlS, 'NX');
+      return Number(await this.client.get(this.prefix + key));
     }, () => this.fallback.seed(key, value, ttlS));
   }
 
   getText(key: string): Promise<string | undefined> {
-    return this.either(async () => (await this.client.get(PREFIX + key)) ?? undefined, () => this.fallback.getText(key));
+    return this.either(async () => (await this.client.get(this.prefix + key)) ?? undefined, () => this.fallback.getText(key));
   }
 
   setText(key: string, value: string, ttlS: number): Promise<void> {
-    return this.either(async () => void (await this.client.set(PREFIX + key, value, 'EX', ttlS)), () => this.fallback.setText(key, value, ttlS));
+    return this.either(async () => void (await this.client.set(this.prefix + key, value, 'EX', ttlS)), () => this.fallback.setText(key, value, ttlS));
   }
 
   async close(): Promise<void> {

@@ -1,0 +1,279 @@
+// The usage tap against real simulated-router bodies (both dialects, streamed and JSON, tools,
+// failures, no cost, cache and reasoning counts, non-ASCII text): one chunk, every single cut
+// point and hundreds of seeded random cut sets (cuts inside UTF-8 characters included) must all
+// give the usage the sim charged. Also CRLF, comment lines, a stray [DONE], garbage that must
+// never throw, the 16 MiB JSON limit, and chat cache tokens taken out of prompt_tokens.
+
+import { isDeepStrictEqual } from 'node:util';
+import t from 'tap';
+import type { Dialect } from '../../lib/errors.ts';
+import { startSimulatedRouter, type SimulatedRouter } from '../../lib/simulated-router.ts';
+import { UsageTap, type Usage } from '../../lib/usage-tap.ts';
+
+/** mulberry32: a tiny seeded PRNG, so a failing cut set can be replayed. */
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let x = a;
+    x = Math.imul(x ^ (x >>> 15), x | 1);
+    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
+    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Feeds `body` cut at `cuts` (byte offsets, ascending, repeats give empty chunks). */
+function tapWith(dialect: Dialect, stream: boolean, body: Buffer, cuts: number[]): Usage {
+  const tap = new UsageTap(dialect, stream);
+  let at = 0;
+  for (const c of cuts) {
+    tap.write(body.subarray(at, c));
+    at = c;
+  }
+  tap.write(body.subarray(at));
+  return structuredClone(tap.finish());
+}
+
+/** Every single cut point, then `sets` random cut sets (some only inside multi-byte characters), then one byte per chunk. */
+function cutSets(body: Buffer, seed: number, sets: number): number[][] {
+  const all: number[][] = [];
+  for (let i = 1; i < body.length; i++) all.push([i]);
+  const rnd = mulberry32(seed);
+  const inside: number[] = [];
+  for (let i = 1; i < body.length; i++) if ((body[i]! & 0xc0) === 0x80) inside.push(i); // a UTF-8 continuation byte: cutting before it splits a character
+  for (let s = 0; s < sets; s++) {
+    const n = 1 + Math.floor(rnd() * 40);
+    const pool = s % 3 === 0 && inside.length > 0 ? inside : null;
+    const cuts: number[] = [];
+    for (let k = 0; k < n; k++) cuts.push(pool ? pool[Math.floor(rnd() * pool.length)]! : Math.floor(rnd() * (body.length + 1)));
+    all.push(cuts.sort((a, b) => a - b));
+  }
+  all.push(Array.from({ length: body.length - 1 }, (_, i) => i + 1));
+  return all;
+}
+
+/** Runs every cut set; returns the first that disagrees with `want` (with its usage), or undefined. */
+function firstMismatch(dialect: Dialect, stream: boolean, body: Buffer, want: Usage, seed: number, sets = 60): { cuts: number[]; got: Usage } | undefined {
+  for (const cuts of cutSets(body, seed, sets)) {
+    const got = tapWith(dialect, stream, body, cuts);
+    if (!isDeepStrictEqual(got, want)) return { cuts, got };
+  }
+  return undefined;
+}
+
+interface Case {
+  name: string;
+  dialect: Dialect;
+  stream: boolean;
+  model?: string;
+  reply?: string;
+  chunks?: number;
+  bytes?: number;
+  tool?: string;
+  failAfter?: number;
+  usageChoice?: boolean;
+  noCost?: boolean;
+  provider?: string;
+  cached?: number;
+  cacheWrite?: number;
+  reasoning?: number;
+  /** Content pieces the sim sends before it stops (the reply's words, `chunks`, or `fail-after`). */
+  pieces: number;
+  /** The provider the sim names for the model (or the provider= directive). */
+  expectProvider: string;
+}
+
+const UNI = 'Grüße ünïcödé ⚙️ 😀👍🏽 日本語のテキスト — done.';
+const UNI_WORDS = 7;
+const EXOTIC_TOOL = 'wetter_für_東京_😀';
+const EXOTIC_PROVIDER = 'Fournisseur ünïcödé 🚀';
+
+const CASES: Case[] = [
+  { name: 'chat stream, defaults', dialect: 'chat', stream: true, pieces: 5, expectProvider: 'Google' },
+  { name: 'chat stream, tool and non-ASCII', dialect: 'chat', stream: true, reply: UNI, tool: 'get_weather', pieces: UNI_WORDS, expectProvider: 'Google' },
+  { name: 'chat stream, usage in a choice chunk, no cost', dialect: 'chat', stream: true, chunks: 9, usageChoice: true, noCost: true, pieces: 9, expectProvider: 'Google' },
+  { name: 'chat stream, bytes', dialect: 'chat', stream: true, chunks: 6, bytes: 1500, pieces: 6, expectProvider: 'Google' },
+  { name: 'chat stream, cache and reasoning', dialect: 'chat', stream: true, model: 'anthropic/claude-sonnet-4.5', cached: 20, cacheWrite: 8, reasoning: 7, provider: 'Amazon Bedrock', pieces: 5, expectProvider: 'Amazon Bedrock' },
+  { name: 'chat stream, fails after 3', dialect: 'chat', stream: true, reply: UNI, failAfter: 3, pieces: 3, expectProvider: 'Google' },
+  { name: 'chat JSON, defaults', dialect: 'chat', stream: false, model: 'openai/gpt-5', pieces: 5, expectProvider: 'OpenAI' },
+  { name: 'chat JSON, tool and non-ASCII', dialect: 'chat', stream: false, reply: UNI, tool: 'lookup', pieces: UNI_WORDS, expectProvider: 'Google' },
+  { name: 'chat JSON, cache, reasoning, no cost', dialect: 'chat', stream: false, cached: 12, cacheWrite: 3, reasoning: 4, noCost: true, pieces: 5, expectProvider: 'Google' },
+  { name: 'chat JSON, fails after 2', dialect: 'chat', stream: false, reply: UNI, failAfter: 2, pieces: 2, expectProvider: 'Google' },
+  { name: 'messages stream, defaults', dialect: 'messages', stream: true, model: 'anthropic/claude-sonnet-4.5', pieces: 5, expectProvider: 'Anthropic' },
+  { name: 'messages stream, tool and non-ASCII', dialect: 'messages', stream: true, reply: UNI, tool: 'get_weather', pieces: UNI_WORDS, expectProvider: 'Google' },
+  { name: 'messages stream, tool only', dialect: 'messages', stream: true, chunks: 0, tool: 'bash', pieces: 0, expectProvider: 'Google' },
+  { name: 'messages stream, cache, no cost, bytes', dialect: 'messages', stream: true, cached: 10, cacheWrite: 4, noCost: true, chunks: 4, bytes: 1200, pieces: 4, expectProvider: 'Google' },
+  { name: 'messages stream, fails after 2', dialect: 'messages', stream: true, reply: UNI, failAfter: 2, pieces: 2, expectProvider: 'Google' },
+  { name: 'messages JSON, defaults', dialect: 'messages', stream: false, model: 'meta-llama/llama-3.3-70b-instruct', pieces: 5, expectProvider: 'DeepInfra' },
+  { name: 'messages JSON, tool and non-ASCII, cache', dialect: 'messages', stream: false, reply: UNI, tool: 'search', cached: 6, cacheWrite: 2, pieces: UNI_WORDS, expectProvider: 'Google' },
+  { name: 'messages JSON, fails after 1 (an error status)', dialect: 'messages', stream: false, failAfter: 1, pieces: 1, expectProvider: 'Google' },
+];
+
+function xSim(c: Case): string {
+  const d: string[] = [];
+  if (c.chunks !== undefined) d.push(`chunks=${c.chunks}`);
+  if (c.bytes !== undefined) d.push(`bytes=${c.bytes}`);
+  if (c.tool) d.push(`tool=${c.tool}`);
+  if (c.failAfter !== undefined) d.push(`fail-after=${c.failAfter}`);
+  if (c.usageChoice) d.push('usage=choice');
+  if (c.noCost) d.push('no-cost');
+  if (c.provider) d.push(`provider=${c.provider}`);
+  if (c.cached) d.push(`cached=${c.cached}`);
+  if (c.cacheWrite) d.push(`cache-write=${c.cacheWrite}`);
+  if (c.reasoning) d.push(`reasoning=${c.reasoning}`);
+  return d.join(';');
+}
+
+interface Fetched { body: Buffer; status: number; generationId: string | null; promptTokens: number; charged: number }
+
+let bearerSeq = 0;
+async function fetchBody(sim: SimulatedRouter, c: Case): Promise<Fetched> {
+  const bearer = `sk-or-v1-tap-${++bearerSeq}`;
+  const model = c.model ?? 'google/gemini-2.5-flash';
+  const request = JSON.stringify({
+    model, stream: c.stream, max_tokens: 100,
+    messages: [{ role: 'user', content: c.reply === undefined ? 'hi' : `say [[reply:${c.reply}]]` }],
+  });
+  const res = await fetch(`${sim.url}/api/v1/${c.dialect === 'chat' ? 'chat/completions' : 'messages'}`, {
+    method: 'POST', headers: { authorization: `Bearer ${bearer}`, 'content-type': 'application/json', 'x-sim': xSim(c) }, body: request,
+  });
+  const body = Buffer.from(await res.arrayBuffer());
+  return { body, status: res.status, generationId: res.headers.get('x-generation-id'), promptTokens: Math.ceil(Buffer.byteLength(request) / 4), charged: sim.usageByKey(bearer) };
+}
+
+/** The usage the body must yield, from the sim's own arithmetic and what it charged; not from the body. */
+function expected(c: Case, f: Fetched): Usage {
+  const model = c.model ?? 'google/gemini-2.5-flash';
+  const failed = c.failAfter !== undefined;
+  const cached = c.cached ?? 0;
+  const written = c.cacheWrite ?? 0;
+  const completion = c.pieces + (c.tool && !failed ? 3 : 0) + (c.reasoning ?? 0);
+  const base: Usage = {
+    input_tokens: f.promptTokens - cached - written, output_tokens: completion, cache_read_tokens: cached, cache_write_tokens: written,
+    reasoning_tokens: c.dialect === 'chat' ? (c.reasoning ?? 0) : 0, // the sim's messages usage carries no reasoning count
+    cost: c.noCost ? null : f.charged, provider: c.expectProvider, generation_id: f.generationId, model,
+    tools: c.tool && !failed ? [c.tool] : [], error: failed,
+  };
+  if (!failed) return base;
+  if (c.dialect === 'chat' && c.stream) return { ...base, input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0, reasoning_tokens: 0, cost: null };
+  // A messages stream that fails carries only message_start's usage (output_tokens 1).
+  if (c.dialect === 'messages' && c.stream) return { ...base, output_tokens: 1, cost: null };
+  // A non-streamed messages failure is an error status whose body names nothing.
+  if (c.dialect === 'messages') return { ...base, input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0, cost: null, provider: null, generation_id: null, model: null };
+  return base;
+}
+
+t.test('simulated bodies, cut anywhere', async (t) => {
+  const sim = await startSimulatedRouter();
+  t.teardown(() => sim.close());
+  let seed = 1;
+  for (const c of CASES) {
+    const f = await fetchBody(sim, c);
+    t.test(c.name, async (t) => {
+      const failedJson = c.failAfter !== undefined && c.dialect === 'messages' && !c.stream;
+      t.equal(f.status, failedJson ? 502 : 200, 'the sim answered as asked');
+      if (c.reply) t.ok(f.body.some((b) => b >= 0x80), 'the body carries multi-byte characters');
+      const want = expected(c, f);
+      const whole = tapWith(c.dialect, c.stream, f.body, []);
+      t.same(whole, want, 'one chunk gives what the sim charged');
+      t.strictSame(firstMismatch(c.dialect, c.stream, f.body, whole, seed++), undefined, 'every cut point and every random cut set give the same usage');
+      const text = f.body.toString('utf8');
+      if (c.tool) {
+        // Non-ASCII where the usage reads it (tool and provider names), so a character split
+        // across chunks would show in the result, not only in the reply text.
+        const exotic = Buffer.from(text.replaceAll(JSON.stringify(c.tool), JSON.stringify(EXOTIC_TOOL)).replaceAll(JSON.stringify(c.expectProvider), JSON.stringify(EXOTIC_PROVIDER)));
+        const wantExotic = { ...want, tools: [EXOTIC_TOOL], provider: EXOTIC_PROVIDER };
+        t.strictSame(tapWith(c.dialect, c.stream, exotic, []), wantExotic, 'non-ASCII tool and provider names');
+        t.strictSame(firstMismatch(c.dialect, c.stream, exotic, wantExotic, seed++), undefined, 'non-ASCII names cut anywhere, inside characters included');
+      }
+      if (!c.stream) return;
+      const crlf = Buffer.from(text.replaceAll('\n', '\r\n'));
+      t.strictSame(tapWith(c.dialect, true, crlf, []), want, 'CRLF line endings');
+      t.strictSame(firstMismatch(c.dialect, true, crlf, want, seed++, 20), undefined, 'CRLF cut anywhere, \\r and \\n split included');
+      const cr = Buffer.from(text.replaceAll('\n', '\r'));
+      t.strictSame(tapWith(c.dialect, true, cr, []), want, 'bare CR line endings');
+      const commented = Buffer.from(`: hello\n\n${text.replaceAll('\n\n', '\n\n: keep-alive\n: OPENROUTER PROCESSING\n\n')}`);
+      t.strictSame(firstMismatch(c.dialect, true, commented, want, seed++, 20), undefined, 'comment lines between events change nothing');
+      if (c.dialect === 'messages') {
+        const done = Buffer.concat([f.body, Buffer.from('data: [DONE]\n\n')]);
+        t.strictSame(firstMismatch(c.dialect, true, done, want, seed++, 10), undefined, 'a trailing data: [DONE] on a messages stream changes nothing');
+      }
+    });
+  }
+});
+
+t.test('garbage never throws', async (t) => {
+  const rnd = mulberry32(99);
+  const noise = Buffer.alloc(64 * 1024);
+  for (let i = 0; i < noise.length; i++) noise[i] = Math.floor(rnd() * 256);
+  const hostile = Buffer.from([
+    'data: {"usage":', '', 'data: null', '', 'data: 42', '', 'data: "str"', '', 'data: []', '',
+    'data: {"id":7,"provider":{},"choices":"x","usage":{"prompt_tokens":"12","completion_tokens":-5,"cost":"1","prompt_tokens_details":7}}', '',
+    'data: {"choices":[null,{"delta":{"tool_calls":[null,{"function":null},{"function":{"name":5}}]}}]}', '',
+    'event: message_start', 'data: null', '', 'event: message_start', 'data: {"message":7}', '',
+    'event: message_delta', 'data: {"usage":{"input_tokens":"12","output_tokens":-5,"cost":"1","output_tokens_details":null}}', '',
+    'event: content_block_start', 'data: {"content_block":null}', '', 'event: message_delta', 'data: {"usage":null}', '',
+    'retry: x', 'id: \u0000', 'event', 'data', '', '\ufeff\ufeff', '\xff\xfe', '',
+  ].join('\n'), 'latin1');
+  const zero: Usage = { input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0, reasoning_tokens: 0, cost: null, provider: null, generation_id: null, model: null, tools: [], error: false };
+  for (const dialect of ['chat', 'messages'] as const) {
+    for (const stream of [true, false]) {
+      for (const body of [noise, hostile, Buffer.concat([hostile, noise, hostile])]) {
+        let got: Usage | undefined;
+        t.doesNotThrow(() => {
+          for (let s = 0; s < 30; s++) {
+            const cuts = Array.from({ length: 1 + Math.floor(rnd() * 50) }, () => Math.floor(rnd() * body.length)).sort((a, b) => a - b);
+            got = tapWith(dialect, stream, body, cuts);
+          }
+        }, `${dialect} ${stream ? 'stream' : 'JSON'}: garbage cut anywhere does not throw`);
+        t.type(got, 'object');
+        if (!stream) t.strictSame(got, zero, `${dialect} JSON: garbage reads as nothing`);
+      }
+    }
+  }
+  const hostileChat = tapWith('chat', true, hostile, []);
+  t.equal(hostileChat.input_tokens, 0, 'a string prompt_tokens counts as nothing');
+  t.equal(hostileChat.output_tokens, 0, 'a negative completion_tokens counts as nothing');
+  t.equal(hostileChat.cost, null, 'a string cost is no cost');
+  t.strictSame(hostileChat.tools, [], 'tool calls without a string name are ignored');
+  const hostileMessages = tapWith('messages', true, hostile, []);
+  t.equal(hostileMessages.cost, null);
+  t.equal(hostileMessages.output_tokens, 0);
+});
+
+t.test('a JSON body over 16 MiB is given up without throwing', async (t) => {
+  const LIMIT = 16 * 1024 * 1024;
+  const make = (size: number): Buffer => {
+    const head = '{"id":"gen-big","model":"m/x","provider":"P","usage":{"prompt_tokens":10,"completion_tokens":5,"cost":0.25},"pad":"';
+    const tail = '"}';
+    return Buffer.from(head + 'x'.repeat(size - head.length - tail.length) + tail);
+  };
+  const feed = (body: Buffer): Usage => {
+    const tap = new UsageTap('chat', false);
+    for (let at = 0; at < body.length; at += 1024 * 1024) tap.write(body.subarray(at, at + 1024 * 1024));
+    return tap.finish();
+  };
+  const atLimit = feed(make(LIMIT));
+  t.equal(atLimit.input_tokens, 10, 'exactly 16 MiB is still read');
+  t.equal(atLimit.cost, 0.25);
+  let over: Usage | undefined;
+  t.doesNotThrow(() => (over = feed(make(LIMIT + 1))));
+  t.equal(over?.input_tokens, 0, 'one byte more: nothing read');
+  t.equal(over?.generation_id, null);
+  t.equal(over?.cost, null);
+});
+
+t.test('chat cache tokens are inside prompt_tokens; rows keep the uncached input', async (t) => {
+  const chunk = (usage: object): Buffer => Buffer.from(`data: ${JSON.stringify({ id: 'gen-c', model: 'm/x', choices: [], usage })}\n\ndata: [DONE]\n\n`);
+  const u = tapWith('chat', true, chunk({ prompt_tokens: 1000, completion_tokens: 50, prompt_tokens_details: { cached_tokens: 700, cache_write_tokens: 200 }, completion_tokens_details: { reasoning_tokens: 30 }, cost: 0.01 }), []);
+  t.strictSame(
+    { input: u.input_tokens, read: u.cache_read_tokens, written: u.cache_write_tokens, output: u.output_tokens, reasoning: u.reasoning_tokens, cost: u.cost },
+    { input: 100, read: 700, written: 200, output: 50, reasoning: 30, cost: 0.01 },
+  );
+  const over = tapWith('chat', true, chunk({ prompt_tokens: 10, completion_tokens: 1, prompt_tokens_details: { cached_tokens: 30 } }), []);
+  t.equal(over.input_tokens, 0, 'more cached than prompt never goes negative');
+  t.equal(over.cache_read_tokens, 30);
+  const json = new UsageTap('chat', false);
+  json.write(Buffer.from(JSON.stringify({ id: 'gen-j', choices: [], usage: { prompt_tokens: 90, completion_tokens: 9, prompt_tokens_details: { cached_tokens: 40 } } })));
+  t.equal(json.finish().input_tokens, 50, 'the same split for a JSON body');
+});
