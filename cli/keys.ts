@@ -5,10 +5,11 @@
 import type { Config } from '../lib/config.ts';
 import { compileIpList } from '../lib/client-ip.ts';
 import { displayPrefix, generateKey, hashKey, parseKey } from '../lib/keys.ts';
-import { KeyConflictError, keyState, type Store } from '../lib/store/store.ts';
+import { KeyConflictError, keyState, type NewKey, type Store } from '../lib/store/store.ts';
 import { UsageError } from './errors.ts';
 
-export async function createKey(store: Store, config: Config, opts: { profile: string; name: string; expires?: string; ip?: string[] }, now = Date.now()): Promise<string> {
+/** Validates the options and mints a key, touching no store (so a bad call creates no database). */
+export function prepareKey(config: Config, opts: { profile: string; name: string; expires?: string; ip?: string[] }, now = Date.now()): { key: string; row: NewKey } {
   if (!config.profiles.has(opts.profile)) throw new UsageError(`unknown profile "${opts.profile}" (configured: ${[...config.profiles.keys()].join(', ')})`);
   if (!opts.name.trim()) throw new UsageError('--name must not be empty');
   let expires_at: string | null = null;
@@ -26,16 +27,29 @@ export async function createKey(store: Store, config: Config, opts: { profile: s
   }
   const key = generateKey(opts.profile);
   const { token } = parseKey(key)!;
-  try {
-    await store.createKey({
+  return {
+    key,
+    row: {
       key_hash: hashKey(key), prefix: displayPrefix(opts.profile, token), profile: opts.profile, name: opts.name,
       ip_allow: ips.join(','), created_at: new Date(now).toISOString(), expires_at,
-    });
+    },
+  };
+}
+
+/** Stores a prepared key; an active key of the same profile and name is a failure (exit 1). */
+export async function insertKey(store: Store, prepared: { key: string; row: NewKey }): Promise<string> {
+  try {
+    await store.createKey(prepared.row);
   } catch (err) {
-    if (err instanceof KeyConflictError) throw new UsageError(`${err.message}; revoke it first (sluice keys revoke --profile ${opts.profile} --name ${opts.name})`, 1);
+    const { profile, name } = prepared.row;
+    if (err instanceof KeyConflictError) throw new UsageError(`${err.message}; revoke it first (sluice keys revoke --profile ${profile} --name ${name})`, 1);
     throw err;
   }
-  return key;
+  return prepared.key;
+}
+
+export async function createKey(store: Store, config: Config, opts: { profile: string; name: string; expires?: string; ip?: string[] }, now = Date.now()): Promise<string> {
+  return insertKey(store, prepareKey(config, opts, now));
 }
 
 export async function listKeys(store: Store, profile: string | undefined, now = Date.now()) {

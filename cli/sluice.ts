@@ -10,7 +10,7 @@ import { hideBin } from 'yargs/helpers';
 import { ConfigError, loadConfig } from '../lib/config.ts';
 import { openStore } from '../lib/store/open.ts';
 import { UsageError } from './errors.ts';
-import { createKey, formatKeyTable, listKeys, revokeKey } from './keys.ts';
+import { formatKeyTable, insertKey, listKeys, prepareKey, revokeKey } from './keys.ts';
 
 const env = process.env;
 const configOpt = { type: 'string', default: env.SLUICE_CONFIG_DIR ?? './config', describe: 'directory holding profiles.yaml and tiers.yaml' } as const;
@@ -46,7 +46,8 @@ const cli = yargs(hideBin(process.argv))
       .option('ip', { type: 'string', array: true, describe: 'allowed client IP or CIDR (repeatable)' })
       .option('config', configOpt),
     async (a) => {
-      const key = await withStore(a.config, (store, config) => createKey(store, config, { profile: a.profile, name: a.name, expires: a.expires, ip: a.ip }));
+      const prepared = prepareKey(loadConfig(resolve(a.config)), { profile: a.profile, name: a.name, expires: a.expires, ip: a.ip });
+      const key = await withStore(a.config, (store) => insertKey(store, prepared));
       process.stderr.write(`created a key for profile ${a.profile} (${a.name}); it is shown only this once:\n`);
       process.stdout.write(`${key}\n`);
     })

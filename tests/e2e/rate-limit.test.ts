@@ -144,3 +144,26 @@ for (const backing of ['memory', 'redis'] as const) {
     });
   });
 }
+
+t.test('a key over its limit is refused before its body is read', async (t) => {
+  const h = await startHarness(t, { extraProfiles: LIMITED, env: { SLUICE_UPSTREAM_KEY_LIMITED: 'sk-or-limited' }, bodyTimeoutMs: 60_000 });
+  const key = await h.key('limited');
+  const { chat } = calls(h, key);
+  for (let i = 0; i < 3; i++) await passes(t, await chat(), `request ${i + 1} of 3`);
+  // The fourth request declares a body and never sends it: only a check that does not wait for
+  // the body can answer before the 60 s body timeout.
+  const { request } = await import('node:http');
+  const res = await new Promise<import('node:http').IncomingMessage>((resolve, reject) => {
+    const req = request(`${h.url}/v1/chat/completions`, {
+      method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': '1000' },
+    }, resolve);
+    req.on('error', reject);
+    req.write('{"model":');
+    t.teardown(() => req.destroy());
+  });
+  t.equal(res.statusCode, 429);
+  t.equal(res.headers['retry-after'], '5');
+  const chunks: Buffer[] = [];
+  for await (const c of res) chunks.push(c as Buffer);
+  t.match(JSON.parse(Buffer.concat(chunks).toString()), { error: { code: 'rate_limit_exceeded' } });
+});
