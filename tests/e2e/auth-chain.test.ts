@@ -19,6 +19,7 @@ import { createGateway } from '../../lib/server.ts';
 import { authFailureBucket } from '../../plugins/ip-block.ts';
 import type { AuditRow, KeyRow, Store } from '../../lib/store/store.ts';
 import { startHarness, TIERS_YAML, UPSTREAM_KEYS, type Harness } from '../helpers/gateway.ts';
+import { readReply, trackAudits, type Reply } from '../helpers/upstream.ts';
 
 type Dialect = 'chat' | 'messages';
 type Refusal = 'invalid_api_key' | 'ip_not_allowed' | 'profile_removed' | 'upstream_key_missing' | 'ip_blocked';
@@ -42,11 +43,9 @@ function expectedBody(dialect: Dialect, code: Refusal) {
     : { error: { message, type: TYPES[code].chat, param: null, code } };
 }
 
-interface Sent { status: number; headers: Headers; text: string; json: any }
-
 interface CallOpts { key?: string; via?: 'bearer' | 'x-api-key'; xff?: string; body?: string; path?: string }
 
-async function call(url: string, dialect: Dialect, o: CallOpts = {}): Promise<Sent> {
+async function call(url: string, dialect: Dialect, o: CallOpts = {}): Promise<Reply> {
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   if (o.key !== undefined) {
     if (o.via === 'x-api-key') headers['x-api-key'] = o.key;
@@ -59,19 +58,11 @@ async function call(url: string, dialect: Dialect, o: CallOpts = {}): Promise<Se
   const body = o.body ?? JSON.stringify(dialect === 'chat'
     ? { model: 'sluice/fast', messages: [{ role: 'user', content: 'hi' }] }
     : { model: 'sluice/fast', max_tokens: 32, messages: [{ role: 'user', content: 'hi' }] });
-  const res = await fetch(url + path, { method: get ? 'GET' : 'POST', headers, body: get ? undefined : body });
-  const text = await res.text();
-  let json: any;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
-  return { status: res.status, headers: res.headers, text, json };
+  return readReply(await fetch(url + path, { method: get ? 'GET' : 'POST', headers, body: get ? undefined : body }));
 }
 
 /** Sends a request that must be refused with `code`, and checks status, headers, exact body and that nothing went upstream. */
-async function refused(t: Test, h: Harness, dialect: Dialect, code: Refusal, o: CallOpts, url = h.url): Promise<Sent> {
+async function refused(t: Test, h: Harness, dialect: Dialect, code: Refusal, o: CallOpts, url = h.url): Promise<Reply> {
   const before = h.sim.received.length;
   const r = await call(url, dialect, o);
   const what = `${dialect} ${code} ${o.via ?? 'bearer'} key=${o.key === undefined ? 'none' : o.key.slice(0, 14)} xff=${o.xff ?? ''}`;
@@ -87,7 +78,7 @@ async function refused(t: Test, h: Harness, dialect: Dialect, code: Refusal, o: 
 }
 
 /** Sends a request that must be served by the upstream with the profile's upstream key. */
-async function served(t: Test, h: Harness, dialect: Dialect, o: CallOpts, profile = 'dev'): Promise<Sent> {
+async function served(t: Test, h: Harness, dialect: Dialect, o: CallOpts, profile = 'dev'): Promise<Reply> {
   const before = h.sim.received.length;
   const r = await call(h.url, dialect, o);
   t.equal(r.status, 200, `${dialect} served (xff=${o.xff ?? ''}): ${r.text.slice(0, 200)}`);
@@ -112,22 +103,17 @@ function tap(store: Store) {
     pending.push(p);
     return p;
   };
-  const insertAudit = store.insertAudit.bind(store);
-  store.insertAudit = (rows: AuditRow[]) => {
-    const p = insertAudit(rows);
-    pending.push(p);
-    return p;
-  };
+  const auditsWritten = trackAudits(store);
   return {
     seen,
     /** Audit rows (oldest first, without id/ts), optionally of one ip, once every pending write landed. */
     async audit(ip?: string): Promise<AuditRow[]> {
-      await Promise.all(pending);
+      await Promise.all([...pending, auditsWritten()]);
       const rows = (await store.listAudit(100_000)).reverse();
       return rows.filter((r) => ip === undefined || r.ip === ip).map(({ ip, prefix, outcome }) => ({ ip, prefix, outcome }) as AuditRow);
     },
     async settled(): Promise<void> {
-      await Promise.all(pending);
+      await Promise.all([...pending, auditsWritten()]);
     },
   };
 }

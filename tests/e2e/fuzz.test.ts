@@ -9,7 +9,7 @@ import net from 'node:net';
 import fc from 'fast-check';
 import t from 'tap';
 import { CATALOGUE, type ErrorCode } from '../../lib/errors.ts';
-import { startHarness } from '../helpers/gateway.ts';
+import { roomyHarness } from '../helpers/upstream.ts';
 
 const SEED = 0x511ce;
 const CASES = 3200;
@@ -21,13 +21,6 @@ const ROUTE_DIALECT: Record<string, Dialect> = {
   '/v1/chat/completions': 'chat', '/v1/messages': 'messages', '/v1/messages/count_tokens': 'messages', '/v1/models': 'chat',
 };
 const PROXIED = ['/v1/chat/completions', '/v1/messages', '/v1/messages/count_tokens'];
-
-const ROOMY = `  roomy:
-    default_tier: fast
-    router: sim
-    budget: { daily_usd: 100000, monthly_usd: 1000000 }
-    rate_limits: { per_key_per_minute: 1000000, per_user_per_minute: 1000000 }
-`;
 
 interface Case {
   kind: string;
@@ -310,9 +303,7 @@ function violation(c: Case, headers: Record<string, string>, a: Answer): string 
 }
 
 t.test(`fuzz: ${CASES} hostile requests, seed ${SEED} (replay: same seed, the failing index)`, async (t) => {
-  const h = await startHarness(t, { extraProfiles: ROOMY, env: { SLUICE_UPSTREAM_KEY_ROOMY: 'sk-or-v1-roomyroomyroomyroomyroomyroomyroomyroomyroomyroomyroomy03' } });
-  const key = await h.key('roomy');
-  const port = Number(new URL(h.url).port);
+  const { h, key, port } = await roomyHarness(t);
   const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY });
   t.teardown(() => agent.destroy());
 

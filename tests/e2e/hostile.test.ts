@@ -8,7 +8,8 @@ import { once } from 'node:events';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import net from 'node:net';
 import t, { type Test } from 'tap';
-import { startHarness, type Harness, type HarnessOptions } from '../helpers/gateway.ts';
+import type { Harness, HarnessOptions } from '../helpers/gateway.ts';
+import { roomyHarness } from '../helpers/upstream.ts';
 import type { RequestRow } from '../../lib/store/store.ts';
 
 type Dialect = 'chat' | 'messages';
@@ -26,14 +27,6 @@ const EXPECT = {
 } as const;
 type Code = keyof typeof EXPECT;
 
-// A profile whose rate limits and budget never get in the way of many requests in a row.
-const ROOMY = `  roomy:
-    default_tier: fast
-    router: sim
-    budget: { daily_usd: 100000, monthly_usd: 1000000 }
-    rate_limits: { per_key_per_minute: 100000, per_user_per_minute: 100000 }
-`;
-
 interface Setup {
   h: Harness;
   key: string;
@@ -43,10 +36,10 @@ interface Setup {
 }
 
 async function setup(t: Test, opts: HarnessOptions = {}): Promise<Setup> {
-  const h = await startHarness(t, { extraProfiles: ROOMY, env: { SLUICE_UPSTREAM_KEY_ROOMY: 'sk-or-v1-roomyroomyroomyroomyroomyroomyroomyroomyroomyroomyroomy03' }, ...opts });
+  const { h, key, port } = await roomyHarness(t, opts);
   const rows: RequestRow[] = [];
   h.gateway.deps.recorder.events.on('row', (r: RequestRow) => rows.push(r));
-  return { h, key: await h.key('roomy'), port: Number(new URL(h.url).port), rows };
+  return { h, key, port, rows };
 }
 
 function auth(dialect: Dialect, key: string): Record<string, string> {

@@ -8,9 +8,10 @@ import type { Test } from 'tap';
 import { MemoryCounters } from '../../lib/counters/memory.ts';
 import { CATALOGUE } from '../../lib/errors.ts';
 import { generateKey } from '../../lib/keys.ts';
-import type { AuditRow, Store } from '../../lib/store/store.ts';
+import type { Store } from '../../lib/store/store.ts';
 import { AUTH_FAILURE_LIMIT, AUTH_FAILURE_OPTS, AUTH_FAILURE_WINDOW_S, authFailureBucket } from '../../plugins/ip-block.ts';
 import { startHarness, type Harness } from '../helpers/gateway.ts';
+import { readReply, trackAudits, type Reply } from '../helpers/upstream.ts';
 
 type Dialect = 'chat' | 'messages';
 const STORES = ['sqlite', 'postgres'] as const;
@@ -27,9 +28,7 @@ const BLOCKED = {
   messages: { type: 'error', error: { type: 'rate_limit_error', message: CATALOGUE.ip_blocked.message } },
 };
 
-interface Sent { status: number; headers: Headers; json: any; text: string }
-
-async function call(h: Harness, path: string, o: { key?: string; xff?: string } = {}): Promise<Sent> {
+async function call(h: Harness, path: string, o: { key?: string; xff?: string } = {}): Promise<Reply> {
   const headers: Record<string, string> = { 'content-type': 'application/json', 'anthropic-version': '2023-06-01' };
   if (o.key !== undefined) headers.authorization = `Bearer ${o.key}`;
   if (o.xff !== undefined) headers['x-forwarded-for'] = o.xff;
@@ -37,15 +36,7 @@ async function call(h: Harness, path: string, o: { key?: string; xff?: string } 
   const body = path === '/v1/chat/completions'
     ? { model: 'sluice/fast', messages: [{ role: 'user', content: 'hi' }] }
     : { model: 'sluice/fast', max_tokens: 32, messages: [{ role: 'user', content: 'hi' }] };
-  const res = await fetch(h.url + path, { method: get ? 'GET' : 'POST', headers, body: get ? undefined : JSON.stringify(body) });
-  const text = await res.text();
-  let json: any;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
-  return { status: res.status, headers: res.headers, json, text };
+  return readReply(await fetch(h.url + path, { method: get ? 'GET' : 'POST', headers, body: get ? undefined : JSON.stringify(body) }));
 }
 
 /** A key check that fails (each of the kinds that count), from `xff`. */
@@ -79,15 +70,9 @@ async function isServed(t: Test, h: Harness, key: string, xff?: string): Promise
 }
 
 function auditOf(store: Store) {
-  const pending: Promise<unknown>[] = [];
-  const insertAudit = store.insertAudit.bind(store);
-  store.insertAudit = (rows: AuditRow[]) => {
-    const p = insertAudit(rows);
-    pending.push(p);
-    return p;
-  };
+  const auditsWritten = trackAudits(store);
   return async (ip: string) => {
-    await Promise.all(pending);
+    await auditsWritten();
     return (await store.listAudit(100_000)).filter((r) => r.ip === ip);
   };
 }

@@ -9,6 +9,8 @@ import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import t, { type Test } from 'tap';
 import type { SimRequest, SimulatedRouter } from '../../lib/simulated-router.ts';
 import { startHarness, type Harness, type HarnessOptions } from '../helpers/gateway.ts';
+import { sse } from '../helpers/sse.ts';
+import { replay } from '../helpers/upstream.ts';
 
 type Dialect = 'chat' | 'messages';
 const DIALECTS: Dialect[] = ['chat', 'messages'];
@@ -32,12 +34,6 @@ function post(h: Harness, key: string, dialect: Dialect, payload: Record<string,
   return fetch(h.url + PATH[dialect], { method: 'POST', headers, body: typeof payload === 'string' ? payload : JSON.stringify(payload), signal });
 }
 
-function sse(text: string): EventSourceMessage[] {
-  const out: EventSourceMessage[] = [];
-  createParser({ onEvent: (ev) => out.push(ev) }).feed(text);
-  return out;
-}
-
 /** Resolves with the next sim request matching `pred` whose exchange has closed. */
 function closedWhere(sim: SimulatedRouter, pred: (r: SimRequest) => boolean): Promise<SimRequest> {
   return new Promise((resolve) => {
@@ -51,16 +47,6 @@ function closedWhere(sim: SimulatedRouter, pred: (r: SimRequest) => boolean): Pr
 }
 
 const isInference = (r: SimRequest): boolean => r.path === UPSTREAM_PATH.chat || r.path === UPSTREAM_PATH.messages;
-
-/** Sends what the sim received from sluice straight to the sim again: the sim's own answer to it. */
-async function replay(sim: SimulatedRouter, r: SimRequest): Promise<{ id: string; bytes: Buffer }> {
-  const headers: Record<string, string> = {};
-  for (const [k, v] of Object.entries(r.headers)) {
-    if (typeof v === 'string' && !['host', 'content-length', 'connection', 'transfer-encoding'].includes(k)) headers[k] = v;
-  }
-  const res = await fetch(sim.url + r.path, { method: r.method, headers, body: r.body });
-  return { id: res.headers.get('x-generation-id') ?? '', bytes: Buffer.from(await res.arrayBuffer()) };
-}
 
 /** The error body of CONTRACT §5 for an upstream failure sluice answers itself. */
 function contractError(dialect: Dialect, code: 'upstream_unreachable' | 'upstream_timeout', message: string) {

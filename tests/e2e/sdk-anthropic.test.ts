@@ -5,34 +5,10 @@
 // mid-stream failures and upstream overload errors pass through unwrapped.
 
 import Anthropic from '@anthropic-ai/sdk';
-import { createParser, type EventSourceMessage } from 'eventsource-parser';
-import type { IncomingHttpHeaders } from 'node:http';
 import t, { type Test } from 'tap';
-import type { SimRequest, SimulatedRouter } from '../../lib/simulated-router.ts';
-import { startHarness, UPSTREAM_KEYS, type Harness } from '../helpers/gateway.ts';
-
-interface Call {
-  url: string;
-  /** The request body and headers exactly as the client sent them. */
-  body: string;
-  sent: Headers;
-  /** The response body exactly as the client received it from sluice. */
-  bytes: Promise<Buffer>;
-}
-
-/** A fetch for the SDK that keeps what it sent and a copy of the raw bytes it got back. */
-function recordingFetch() {
-  const calls: Call[] = [];
-  const f = async (input: string | URL | Request, init?: RequestInit): Promise<Response> => {
-    const res = await fetch(input, init);
-    const [mine, theirs] = res.body ? res.body.tee() : [null, null];
-    const bytes = mine ? new Response(mine).arrayBuffer().then((b) => Buffer.from(b)) : Promise.resolve(Buffer.alloc(0));
-    bytes.catch(() => {}); // a stream that fails mid-way is the SDK's to report
-    calls.push({ url: String(input instanceof Request ? input.url : input), body: typeof init?.body === 'string' ? init.body : '', sent: new Headers(init?.headers), bytes });
-    return new Response(theirs, { status: res.status, statusText: res.statusText, headers: res.headers });
-  };
-  return { fetch: f, calls };
-}
+import { startHarness } from '../helpers/gateway.ts';
+import { sse } from '../helpers/sse.ts';
+import { checkNoClientKey, checkUpstreamHeaders, inference, recordingFetch, replay } from '../helpers/upstream.ts';
 
 async function setup(t: Test, profile = 'dev') {
   const h = await startHarness(t);
@@ -42,51 +18,9 @@ async function setup(t: Test, profile = 'dev') {
   return { h, key, rec, client };
 }
 
-/** The inference requests the sim received (the catalog fetch at start-up is not one). */
-function inference(sim: SimulatedRouter): SimRequest[] {
-  return sim.received.filter((r) => r.path.startsWith('/api/v1/messages') || r.path.startsWith('/api/v1/chat/'));
-}
-
-/** Sends what the sim received from sluice straight to the sim again: the sim's own answer to it. */
-async function replay(sim: SimulatedRouter, r: SimRequest): Promise<{ id: string; bytes: Buffer }> {
-  const headers: Record<string, string> = {};
-  for (const [k, v] of Object.entries(r.headers)) {
-    if (typeof v === 'string' && !['host', 'content-length', 'connection', 'transfer-encoding'].includes(k)) headers[k] = v;
-  }
-  const res = await fetch(sim.url + r.path, { method: r.method, headers, body: r.body });
-  return { id: res.headers.get('x-generation-id') ?? '', bytes: Buffer.from(await res.arrayBuffer()) };
-}
-
 /** Two answers of the sim to the same (tool-free) request differ only in the generation id. */
 function normalize(bytes: Buffer, generationId: string): string {
   return bytes.toString('utf8').replaceAll(generationId, 'gen-ID');
-}
-
-function sse(text: string): EventSourceMessage[] {
-  const out: EventSourceMessage[] = [];
-  createParser({ onEvent: (ev) => out.push(ev) }).feed(text);
-  return out;
-}
-
-function checkUpstreamHeaders(t: Test, headers: IncomingHttpHeaders, profile: string): void {
-  t.equal(headers.authorization, `Bearer ${UPSTREAM_KEYS[profile]}`, 'upstream gets the profile key');
-  for (const name of ['x-api-key', 'x-sluice-session', 'x-claude-code-session-id', 'x-forwarded-for']) {
-    t.notOk(name in headers, `${name} is not forwarded`);
-  }
-  t.equal(headers['accept-encoding'], 'identity');
-}
-
-/** The client key appears nowhere upstream (no header, no body) and nowhere in the logs. */
-function checkNoClientKey(t: Test, h: Harness, key: string): void {
-  const token = key.slice(key.lastIndexOf('_') + 1);
-  const leaks: string[] = [];
-  for (const r of h.sim.received) {
-    for (const [name, v] of Object.entries(r.headers)) if ([v ?? ''].flat().some((x) => x.includes(token))) leaks.push(`${r.path} header ${name}`);
-    if (r.body.includes(token)) leaks.push(`${r.path} body`);
-  }
-  t.ok(h.sim.received.length > 1, 'requests went upstream');
-  t.strictSame(leaks, [], 'the client key went nowhere upstream');
-  t.notOk(h.logText().includes(token), 'the logs carry no client key');
 }
 
 const SYSTEM: Anthropic.TextBlockParam[] = [

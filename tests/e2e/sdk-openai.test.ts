@@ -4,34 +4,11 @@
 // leaves one row (upstream or estimated cost); models.list, an upstream 429 and a mid-stream
 // failure surface through the SDK's own types.
 
-import { createParser } from 'eventsource-parser';
 import OpenAI from 'openai';
 import t, { type Test } from 'tap';
-import type { IncomingHttpHeaders } from 'node:http';
-import type { SimRequest, SimulatedRouter } from '../../lib/simulated-router.ts';
-import { startHarness, UPSTREAM_KEYS, type Harness } from '../helpers/gateway.ts';
-
-interface Call {
-  /** The request body exactly as the SDK sent it. */
-  body: string;
-  headers: Headers;
-  /** The response body exactly as the SDK received it from sluice. */
-  bytes: Promise<Buffer>;
-}
-
-/** A fetch for the SDK that keeps what it sent and a copy of the raw bytes it got back. */
-function recordingFetch() {
-  const calls: Call[] = [];
-  const f = async (input: string | URL | Request, init?: RequestInit): Promise<Response> => {
-    const res = await fetch(input, init);
-    const [mine, theirs] = res.body ? res.body.tee() : [null, null];
-    const bytes = mine ? new Response(mine).arrayBuffer().then((b) => Buffer.from(b)) : Promise.resolve(Buffer.alloc(0));
-    bytes.catch(() => {}); // a stream that fails mid-way is the SDK's to report
-    calls.push({ body: typeof init?.body === 'string' ? init.body : '', headers: res.headers, bytes });
-    return new Response(theirs, { status: res.status, statusText: res.statusText, headers: res.headers });
-  };
-  return { fetch: f, calls };
-}
+import { startHarness } from '../helpers/gateway.ts';
+import { sse } from '../helpers/sse.ts';
+import { checkNoClientKey, checkUpstreamHeaders, inference, recordingFetch, replay } from '../helpers/upstream.ts';
 
 async function setup(t: Test, opts: Parameters<typeof startHarness>[1] = {}) {
   const h = await startHarness(t, opts);
@@ -41,54 +18,10 @@ async function setup(t: Test, opts: Parameters<typeof startHarness>[1] = {}) {
   return { h, key, rec, client };
 }
 
-/** The inference requests the sim received (the catalog fetch at start-up is not one). */
-function inference(sim: SimulatedRouter): SimRequest[] {
-  return sim.received.filter((r) => r.path.startsWith('/api/v1/chat/') || r.path.startsWith('/api/v1/messages'));
-}
-
-/** Sends what the sim received from sluice straight to the sim again: the sim's own answer to it. */
-async function replay(sim: SimulatedRouter, r: SimRequest): Promise<{ id: string; bytes: Buffer }> {
-  const headers: Record<string, string> = {};
-  for (const [k, v] of Object.entries(r.headers)) {
-    if (typeof v === 'string' && !['host', 'content-length', 'connection', 'transfer-encoding'].includes(k)) headers[k] = v;
-  }
-  const res = await fetch(sim.url + r.path, { method: r.method, headers, body: r.body });
-  return { id: res.headers.get('x-generation-id') ?? '', bytes: Buffer.from(await res.arrayBuffer()) };
-}
-
 /** Two answers of the sim to the same request differ only in the generation id and its `created` second. */
 function normalize(bytes: Buffer, generationId: string): string {
   const created = generationId.split('-')[1];
   return bytes.toString('utf8').replaceAll(generationId, 'gen-ID').replaceAll(`"created":${created}`, '"created":0');
-}
-
-function sseData(text: string): string[] {
-  const out: string[] = [];
-  const parser = createParser({ onEvent: (ev) => out.push(ev.data) });
-  parser.feed(text);
-  return out;
-}
-
-/** What every upstream request must look like: the profile's key, none of the client's or sluice's own headers. */
-function checkUpstreamHeaders(t: Test, headers: IncomingHttpHeaders, profile: string): void {
-  t.equal(headers.authorization, `Bearer ${UPSTREAM_KEYS[profile]}`, 'upstream gets the profile key');
-  for (const name of ['x-api-key', 'x-sluice-session', 'x-claude-code-session-id', 'x-forwarded-for']) {
-    t.notOk(name in headers, `${name} is not forwarded`);
-  }
-  t.equal(headers['accept-encoding'], 'identity');
-}
-
-/** The client key appears nowhere upstream (no header, no body) and nowhere in the logs. */
-function checkNoClientKey(t: Test, h: Harness, key: string): void {
-  const token = key.slice(key.lastIndexOf('_') + 1);
-  const leaks: string[] = [];
-  for (const r of h.sim.received) {
-    for (const [name, v] of Object.entries(r.headers)) if ([v ?? ''].flat().some((x) => x.includes(token))) leaks.push(`${r.path} header ${name}`);
-    if (r.body.includes(token)) leaks.push(`${r.path} body`);
-  }
-  t.ok(h.sim.received.length > 1, 'requests went upstream');
-  t.strictSame(leaks, [], 'the client key went nowhere upstream');
-  t.notOk(h.logText().includes(token), 'the logs carry no client key');
 }
 
 t.test('non-streaming: rewritten upstream, the router JSON unchanged, one row with upstream cost', async (t) => {
@@ -153,7 +86,7 @@ t.test('streaming with include_usage: the answer, the bytes, the row', async (t)
   const id = chunks[0]!.id;
   const direct = await replay(h.sim, up!);
   t.equal(normalize(got, id), normalize(direct.bytes, direct.id), 'the SSE bytes are the router bytes');
-  const data = sseData(got.toString('utf8'));
+  const data = sse(got.toString('utf8')).map((ev) => ev.data);
   t.equal(data.at(-1), '[DONE]');
   t.strictSame(chunks, data.slice(0, -1).map((d) => JSON.parse(d)), 'every chunk the SDK yields is a router event as sent');
 

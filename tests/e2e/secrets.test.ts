@@ -8,8 +8,8 @@ import { join } from 'node:path';
 import t from 'tap';
 import { revokeKey } from '../../cli/keys.ts';
 import { generateKey, hashKey, parseKey, displayPrefix } from '../../lib/keys.ts';
-import type { AuditRow, Store } from '../../lib/store/store.ts';
 import { startHarness, UPSTREAM_KEYS, type Harness } from '../helpers/gateway.ts';
+import { trackAudits } from '../helpers/upstream.ts';
 
 type Dialect = 'chat' | 'messages';
 
@@ -22,21 +22,10 @@ function filesUnder(dir: string): string[] {
   });
 }
 
-function auditTap(store: Store) {
-  const pending: Promise<unknown>[] = [];
-  const insertAudit = store.insertAudit.bind(store);
-  store.insertAudit = (rows: AuditRow[]) => {
-    const p = insertAudit(rows);
-    pending.push(p);
-    return p;
-  };
-  return () => Promise.all(pending);
-}
-
 for (const storeKind of ['sqlite', 'postgres'] as const) {
   t.test(`${storeKind}: no key leaks anywhere`, async (t) => {
     const h: Harness = await startHarness(t, { store: storeKind });
-    const auditsWritten = auditTap(h.store);
+    const auditsWritten = trackAudits(h.store);
     const seen: Seen[] = [];
     /** Every string presented as a client key during the session. */
     const presented = new Set<string>();
