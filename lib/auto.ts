@@ -3,11 +3,10 @@
 // kept per session in Counters for `session_ttl_minutes`. A timeout, an error or an answer naming
 // no ladder tier means the profile's default tier. The decision's own cost is recorded as a row.
 
-import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { estimateCost, withSlash, type Catalog } from './catalog.ts';
 import type { AutoConfig } from './config.ts';
-import type { Ctx } from './context.ts';
+import { newRequestId, type Ctx } from './context.ts';
 import type { Counters } from './counters/counters.ts';
 import type { RequestRow } from './store/store.ts';
 
@@ -102,7 +101,7 @@ export class AutoRouter {
       const tokens = { input_tokens: Number(u.prompt_tokens) || 0, output_tokens: Number(u.completion_tokens) || 0, cache_read_tokens: 0, cache_write_tokens: 0 };
       const prices = this.catalog.prices(ctx.profile!.router, this.auto.decision_model);
       this.record({
-        id: randomUUID(), ts, endpoint: 'chat', profile: ctx.profile!.name, key_prefix: ctx.key!.row.prefix,
+        id: newRequestId(), ts, endpoint: 'chat', profile: ctx.profile!.name, key_prefix: ctx.key!.row.prefix,
         end_user: ctx.endUser, session: ctx.session, run: ctx.run, tier: 'auto-decision',
         requested_model: this.auto.decision_model, model: typeof json?.model === 'string' ? json.model : this.auto.decision_model,
         stream: false, status, outcome: status < 400 ? 'ok' : 'upstream_error',

@@ -18,9 +18,9 @@ export interface BudgetState {
   blocked: boolean;
   /** Seconds until the window that blocks resets (only meaningful when blocked). */
   retryAfterS: number;
-  /** ISO time at which the current day window resets. */
-  dayResetAt: string;
-  monthResetAt: string;
+  /** When the current day and month windows reset (ms since the epoch). */
+  dayResetAt: number;
+  monthResetAt: number;
 }
 
 export function windows(now: number) {
@@ -56,17 +56,25 @@ export class Budget {
     this.now = opts.now;
   }
 
-  private keys(profile: string, now: number) {
-    const w = windows(now);
-    return { w, dayKey: `spend:day:${profile}:${w.day}`, monthKey: `spend:month:${profile}:${w.month}` };
+  /** The windows of the current UTC day, recomputed only when the clock leaves that day. */
+  private w = windows(0);
+  private readonly names = new Map<string, { w: ReturnType<typeof windows>; dayKey: string; monthKey: string }>();
+
+  private keys(profile: string, now: number): { w: ReturnType<typeof windows>; dayKey: string; monthKey: string } {
+    if (now < this.w.dayStart || now >= this.w.dayEnd) {
+      this.w = windows(now);
+      this.names.clear();
+    }
+    let n = this.names.get(profile);
+    if (!n) this.names.set(profile, (n = { w: this.w, dayKey: `spend:day:${profile}:${this.w.day}`, monthKey: `spend:month:${profile}:${this.w.month}` }));
+    return n;
   }
 
   /** Current spend in micro-USD for the day and month windows, seeding from the store when missing. */
   private async spend(profile: string, now: number): Promise<{ day: number; month: number; w: ReturnType<typeof windows> }> {
     const { w, dayKey, monthKey } = this.keys(profile, now);
-    let [day, month] = await Promise.all([this.counters.get(dayKey), this.counters.get(monthKey)]);
-    day ??= await this.seed(dayKey, profile, w.dayStart, DAY_TTL_S);
-    month ??= await this.seed(monthKey, profile, w.monthStart, MONTH_TTL_S);
+    const day = (await this.counters.get(dayKey)) ?? (await this.seed(dayKey, profile, w.dayStart, DAY_TTL_S));
+    const month = (await this.counters.get(monthKey)) ?? (await this.seed(monthKey, profile, w.monthStart, MONTH_TTL_S));
     return { day, month, w };
   }
 
@@ -99,8 +107,8 @@ export class Budget {
       degradation: level === 'blocked' ? 'max-tokens' : level,
       blocked: level === 'blocked',
       retryAfterS: Math.max(3600, Math.ceil((resetAt - now) / 1000)),
-      dayResetAt: new Date(w.dayEnd).toISOString(),
-      monthResetAt: new Date(w.monthEnd).toISOString(),
+      dayResetAt: w.dayEnd,
+      monthResetAt: w.monthEnd,
     };
   }
 

@@ -2,7 +2,7 @@
 // display prefix. This is the only module that sees a whole key besides `keys create` printing it;
 // nothing here logs or stores a key, only its hash and prefix leave.
 
-import { createHash, randomBytes } from 'node:crypto';
+import { hash, randomBytes } from 'node:crypto';
 
 export const KEY_RE = /^sluice_([a-z][a-z0-9-]{0,31})_([A-Za-z0-9]{32})$/;
 const ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
@@ -19,7 +19,7 @@ export function generateKey(profile: string): string {
 }
 
 export function hashKey(key: string): string {
-  return createHash('sha256').update(key).digest('hex');
+  return hash('sha256', key, 'hex'); // one-shot: no Hash object per request
 }
 
 export function parseKey(key: string): { profile: string; token: string } | undefined {

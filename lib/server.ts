@@ -4,7 +4,6 @@
 // dialect. Shutdown stops accepting, lets open streams finish within a grace period, flushes
 // every row and closes the store.
 
-import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -16,7 +15,7 @@ import { Budget } from './budget.ts';
 import { Catalog } from './catalog.ts';
 import { clientIp, compileIpList } from './client-ip.ts';
 import { upstreamKeyVar, type Config } from './config.ts';
-import type { Ctx, Plugin, Route } from './context.ts';
+import { newRequestId, type Ctx, type Plugin, type Route } from './context.ts';
 import type { Counters } from './counters/counters.ts';
 import type { Deps } from './deps.ts';
 import { GatewayError, renderError, type Dialect } from './errors.ts';
@@ -136,7 +135,7 @@ export async function createGateway(opts: GatewayOptions) {
     }
     const run = req.headers['x-sluice-run'];
     const ctx: Ctx = {
-      id: randomUUID(), req, res, route: def.route, dialect, t0: performance.now(),
+      id: newRequestId(), req, res, route: def.route, dialect, t0: performance.now(),
       ip: clientIp(req.socket.remoteAddress, req.headers['x-forwarded-for'], trustedProxies),
       changed: false, stream: false, endUser: null, session: null, run: typeof run === 'string' ? run.slice(0, 128) : null,
       requestedModel: null, tier: null, model: null, degradation: 'none', removed: [],

@@ -67,7 +67,8 @@ export class UsageTap {
   finish(): Usage {
     if (this.chunks && !this.broken) {
       try {
-        const json = JSON.parse(Buffer.concat(this.chunks, this.size).toString('utf8'));
+        const body = this.chunks.length === 1 ? this.chunks[0] : Buffer.concat(this.chunks, this.size);
+        const json = JSON.parse(body.toString('utf8'));
         if (this.dialect === 'chat') this.readChat(json, false);
         else this.readMessage(json);
       } catch {

@@ -112,12 +112,10 @@ function toRequest(raw: Raw): RequestRow {
   };
 }
 
-function requestParams(row: RequestRow): Record<string, SQLInputValue> {
-  const params: Record<string, SQLInputValue> = {};
-  for (const column of REQUEST_COLUMNS) params[column] = row[column] as SQLInputValue;
-  params.stream = row.stream ? 1 : 0;
-  params.tools = JSON.stringify(row.tools);
-  return params;
+/** Positional parameters in REQUEST_COLUMNS order (cheaper to bind than a named object per row). */
+function requestParams(row: RequestRow): SQLInputValue[] {
+  return REQUEST_COLUMNS.map((column) =>
+    column === 'stream' ? (row.stream ? 1 : 0) : column === 'tools' ? JSON.stringify(row.tools) : (row[column] as SQLInputValue));
 }
 
 /** True for the partial unique index on active (profile, name), not for other constraints. */
@@ -152,7 +150,7 @@ export function openSqliteStore(file: string): Store {
     listAudit: db.prepare('SELECT id, ts, ip, prefix, outcome FROM auth_audit ORDER BY ts DESC, id DESC LIMIT ?'),
     insertRequest: db.prepare(
       `INSERT OR IGNORE INTO requests (${REQUEST_COLUMNS.join(', ')})
-       VALUES (${REQUEST_COLUMNS.map((c) => `:${c}`).join(', ')})`,
+       VALUES (${REQUEST_COLUMNS.map(() => '?').join(', ')})`,
     ),
     listRequests: db.prepare('SELECT * FROM requests ORDER BY ts DESC, id DESC LIMIT ?'),
     spendSince: db.prepare('SELECT COALESCE(SUM(cost_usd), 0) AS spend FROM requests WHERE profile = ? AND ts >= ?'),
@@ -235,7 +233,7 @@ export function openSqliteStore(file: string): Store {
     async insertRequests(rows: RequestRow[]) {
       if (rows.length === 0) return;
       inTransaction(() => {
-        for (const row of rows) stmt.insertRequest.run(requestParams(row));
+        for (const row of rows) stmt.insertRequest.run(...requestParams(row));
       });
     },
 

@@ -86,8 +86,8 @@ for (const kind of ['memory', 'redis'] as const) {
       s = await b.budget.state(month);
       t.equal(s.percent, 93, 'month 93 % beats day 50 %');
       t.equal(s.degradation, 'max-tokens');
-      t.equal(s.dayResetAt, '2025-03-16T00:00:00.000Z');
-      t.equal(s.monthResetAt, '2025-04-01T00:00:00.000Z');
+      t.equal(new Date(s.dayResetAt).toISOString(), '2025-03-16T00:00:00.000Z');
+      t.equal(new Date(s.monthResetAt).toISOString(), '2025-04-01T00:00:00.000Z');
     });
 
     t.test('the state at each threshold', async (t) => {
