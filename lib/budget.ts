@@ -58,6 +58,8 @@ export class Budget {
 
   /** The windows of the current UTC day, recomputed only when the clock leaves that day. */
   private w = windows(0);
+  /** Window keys this process has seeded (or found) in Counters: add() need not read them again. */
+  private readonly seeded = new WeakSet<object>();
   private readonly names = new Map<string, { w: ReturnType<typeof windows>; dayKey: string; monthKey: string }>();
 
   private keys(profile: string, now: number): { w: ReturnType<typeof windows>; dayKey: string; monthKey: string } {
@@ -73,8 +75,11 @@ export class Budget {
   /** Current spend in micro-USD for the day and month windows, seeding from the store when missing. */
   private async spend(profile: string, now: number): Promise<{ day: number; month: number; w: ReturnType<typeof windows> }> {
     const { w, dayKey, monthKey } = this.keys(profile, now);
-    const day = (await this.counters.get(dayKey)) ?? (await this.seed(dayKey, profile, w.dayStart, DAY_TTL_S));
-    const month = (await this.counters.get(monthKey)) ?? (await this.seed(monthKey, profile, w.monthStart, MONTH_TTL_S));
+    // Both reads in flight at once: on Redis they travel in one pipelined round trip.
+    const dayRead = this.counters.get(dayKey);
+    const monthRead = this.counters.get(monthKey);
+    const day = (await dayRead) ?? (await this.seed(dayKey, profile, w.dayStart, DAY_TTL_S));
+    const month = (await monthRead) ?? (await this.seed(monthKey, profile, w.monthStart, MONTH_TTL_S));
     return { day, month, w };
   }
 
@@ -116,9 +121,14 @@ export class Budget {
   async add(profile: string, usd: number, at: number): Promise<void> {
     const amount = micro(usd);
     if (amount <= 0) return;
-    const { dayKey, monthKey } = this.keys(profile, at);
-    await this.spend(profile, at); // seed first, so the store's earlier spend is not lost
-    await Promise.all([this.counters.incr(dayKey, amount, DAY_TTL_S), this.counters.incr(monthKey, amount, MONTH_TTL_S)]);
+    const k = this.keys(profile, at);
+    // Seed first, so the store's earlier spend is not lost; once per window and process is enough
+    // (a counter lost later, say a Redis flush, is raised again by reconcile()).
+    if (!this.seeded.has(k)) {
+      await this.spend(profile, at);
+      this.seeded.add(k);
+    }
+    await Promise.all([this.counters.incr(k.dayKey, amount, DAY_TTL_S), this.counters.incr(k.monthKey, amount, MONTH_TTL_S)]);
   }
 
   /** Raises the counters to the store's sums where they fell behind (a counter lost or reset). */
