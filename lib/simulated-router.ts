@@ -623,6 +623,22 @@ export async function startSimulatedRouter(opts: SimOptions = {}): Promise<Simul
   }
 
   /** Computes usage for what was produced and charges it to the key, once per generation. */
+  /**
+   * A stream reached its cut point after `i` content chunks: fail-after sends the dialect's in-band
+   * error event and ends; drop-after cuts the connection; silent-after sends nothing more and
+   * leaves the connection open until the caller closes it.
+   */
+  async function endEarly(x: Exchange, g: Generation, i: number, errorEvent: string): Promise<void> {
+    if (g.d.failAfter === i) {
+      settle(g, i, 0);
+      await send(x, errorEvent);
+      x.res.end();
+    } else if (g.d.dropAfter === i) {
+      settle(g, i, 0);
+      await drop(x);
+    }
+  }
+
   function settle(g: Generation, contentChunks: number, toolFragments: number): Tokens {
     const t = tokens(g, contentChunks, toolFragments);
     if (!g.charged) {
@@ -685,16 +701,7 @@ export async function startSimulatedRouter(opts: SimOptions = {}): Promise<Simul
     const n = content.pieces.length;
     for (let i = 0; i <= n; i++) {
       if (i === cut) {
-        if (d.failAfter === i) {
-          settle(g, i, 0);
-          await send(x, `${base},"error":{"code":502,"message":"Provider disconnected unexpectedly","metadata":{"error_type":"provider_unavailable","provider_name":${JSON.stringify(g.provider)}}},"choices":[{"index":0,"delta":{"content":""},"finish_reason":"error","native_finish_reason":null,"logprobs":null}]}\n\n`);
-          x.res.end();
-        } else if (d.dropAfter === i) {
-          settle(g, i, 0);
-          await drop(x);
-        }
-        // silent-after: nothing more, the connection stays open until the caller closes it.
-        return;
+        return endEarly(x, g, i, `${base},"error":{"code":502,"message":"Provider disconnected unexpectedly","metadata":{"error_type":"provider_unavailable","provider_name":${JSON.stringify(g.provider)}}},"choices":[{"index":0,"delta":{"content":""},"finish_reason":"error","native_finish_reason":null,"logprobs":null}]}\n\n`);
       }
       if (i === n) break;
       if (i > 0 && !(await pause(x, d.chunkDelayMs))) return;
@@ -780,15 +787,7 @@ export async function startSimulatedRouter(opts: SimOptions = {}): Promise<Simul
     const delta = '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":';
     for (let i = 0; i <= n; i++) {
       if (i === cut) {
-        if (d.failAfter === i) {
-          settle(g, i, 0);
-          await send(x, 'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded","error_type":"provider_overloaded"}}\n\n');
-          x.res.end();
-        } else if (d.dropAfter === i) {
-          settle(g, i, 0);
-          await drop(x);
-        }
-        return;
+        return endEarly(x, g, i, 'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded","error_type":"provider_overloaded"}}\n\n');
       }
       if (i === n) break;
       if (i > 0 && !(await pause(x, d.chunkDelayMs))) return;

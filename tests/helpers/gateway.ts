@@ -107,7 +107,8 @@ export interface Harness {
 
 let keySeq = 0;
 
-export async function startHarness(t: Test, opts: HarnessOptions = {}): Promise<Harness> {
+/** The simulated router, a configuration directory pointing at it and an empty data directory, all removed at teardown. */
+export async function startSimWithConfig(t: Test, extraProfiles?: string) {
   const sim = await startSimulatedRouter({ provisioningKey: 'sk-or-v1-provisioning' });
   t.teardown(() => sim.close());
   const configDir = mkdtempSync(join(tmpdir(), 'sluice-cfg-'));
@@ -116,9 +117,13 @@ export async function startHarness(t: Test, opts: HarnessOptions = {}): Promise<
     rmSync(configDir, { recursive: true, force: true });
     rmSync(dataDir, { recursive: true, force: true });
   });
-  writeFileSync(join(configDir, 'profiles.yaml'), profilesYaml(sim.url, opts.extraProfiles));
+  writeFileSync(join(configDir, 'profiles.yaml'), profilesYaml(sim.url, extraProfiles));
   writeFileSync(join(configDir, 'tiers.yaml'), TIERS_YAML);
-  const config = loadConfig(configDir);
+  return { sim, configDir, dataDir, config: loadConfig(configDir) };
+}
+
+export async function startHarness(t: Test, opts: HarnessOptions = {}): Promise<Harness> {
+  const { sim, configDir, dataDir, config } = await startSimWithConfig(t, opts.extraProfiles);
   const store = await openStore(opts.store === 'postgres' ? { databaseUrl: await freshPostgresUrl(t), dataDir } : { dataDir });
   t.teardown(() => store.close());
   const counters = opts.counters ?? new MemoryCounters();

@@ -7,18 +7,18 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { EventEmitter, once } from 'node:events';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as pause } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import type { Test } from 'tap';
 import { createKey } from '../../cli/keys.ts';
-import { loadConfig, type Config } from '../../lib/config.ts';
-import { startSimulatedRouter, type SimulatedRouter } from '../../lib/simulated-router.ts';
+import type { Config } from '../../lib/config.ts';
+import type { SimulatedRouter } from '../../lib/simulated-router.ts';
 import { openStore } from '../../lib/store/open.ts';
 import type { Store } from '../../lib/store/store.ts';
-import { profilesYaml, TIERS_YAML, UPSTREAM_KEYS } from './gateway.ts';
+import { startSimWithConfig, UPSTREAM_KEYS } from './gateway.ts';
 import { freshPostgresUrl } from './postgres.ts';
 import { startRelay, type Relay } from './relay.ts';
 
@@ -109,17 +109,7 @@ export async function until<T>(what: string, fn: () => Promise<T | undefined | f
 }
 
 export async function startBackings(t: Test, opts: { extraProfiles?: string } = {}): Promise<Backings> {
-  const sim = await startSimulatedRouter({ provisioningKey: 'sk-or-v1-provisioning' });
-  t.teardown(() => sim.close());
-  const configDir = mkdtempSync(join(tmpdir(), 'sluice-cfg-'));
-  const scratch = mkdtempSync(join(tmpdir(), 'sluice-data-'));
-  t.teardown(() => {
-    rmSync(configDir, { recursive: true, force: true });
-    rmSync(scratch, { recursive: true, force: true });
-  });
-  writeFileSync(join(configDir, 'profiles.yaml'), profilesYaml(sim.url, opts.extraProfiles));
-  writeFileSync(join(configDir, 'tiers.yaml'), TIERS_YAML);
-  const config = loadConfig(configDir);
+  const { sim, configDir, dataDir: scratch, config } = await startSimWithConfig(t, opts.extraProfiles);
 
   const databaseUrl = await freshPostgresUrl(t);
   const store = await openStore({ databaseUrl, dataDir: scratch });
