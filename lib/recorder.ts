@@ -54,6 +54,11 @@ export class Recorder {
     else this.timer ??= setTimeout(() => void this.flush(), this.failing ? Math.max(this.flushMs, 1000) : this.flushMs);
   }
 
+  /** True while the last write to the store failed (rows are being held). */
+  get storeDown(): boolean {
+    return this.failing;
+  }
+
   get pending(): number {
     return this.queue.length + this.spooled;
   }

@@ -99,12 +99,12 @@ export async function createGateway(opts: GatewayOptions) {
   const started = Date.now();
   /** `GET /health?details`: what an operator checks when something degrades. */
   function health() {
-    const degraded = counters.degraded || recorder.pending > 0;
+    const degraded = counters.degraded || recorder.storeDown; // rows merely queued are normal
     return {
       status: degraded ? 'degraded' : 'ok',
       version: VERSION,
       uptime_s: Math.round((Date.now() - started) / 1000),
-      store: { kind: store.kind, rows_written: recorder.written, rows_pending: recorder.pending },
+      store: { kind: store.kind, reachable: !recorder.storeDown, rows_written: recorder.written, rows_pending: recorder.pending },
       counters: { kind: counters.kind, degraded: counters.degraded },
       catalog: Object.fromEntries([...config.routers.keys()].map((r) => [r, { refreshed_at: catalog.refreshedAt.get(r) ?? null }])),
       in_flight: inFlight,
