@@ -45,6 +45,7 @@ export function createProxy(deps: Pick<Deps, 'log' | 'config' | 'catalog' | 'now
     const ex = ctxOf.get(req);
     if (!ex) return;
     ex.sentAt = performance.now();
+    ex.reusedSocket = proxyReq.reusedSocket;
     proxyReq.on('timeout', () => (ex.timedOut = true));
   });
   proxy.on('proxyRes', (proxyRes, req) => {
@@ -56,6 +57,9 @@ export function createProxy(deps: Pick<Deps, 'log' | 'config' | 'catalog' | 'now
     readonly ctx: Ctx;
     sentAt = 0;
     timedOut = false;
+    /** Whether the upstream request went out on a kept-alive socket (the one race worth a retry). */
+    reusedSocket = false;
+    retried = false;
     status = 0;
     ttfb: number | null = null;
     tap?: UsageTap;
@@ -169,7 +173,7 @@ export function createProxy(deps: Pick<Deps, 'log' | 'config' | 'catalog' | 'now
         target = new URL(target);
         target.search = req.url!.slice(q);
       }
-      proxy.web(req, res, {
+      const options = {
         target,
         agent: agents[target.protocol as 'http:' | 'https:'],
         // http-proxy-3 only calls `pipe` on this: handing the body over in one write is all it takes
@@ -181,9 +185,17 @@ export function createProxy(deps: Pick<Deps, 'log' | 'config' | 'catalog' | 'now
           'content-type': 'application/json',
           'content-length': String(body.length),
         },
-      }, (err: NodeJS.ErrnoException) => {
+      };
+      const onError = (err: NodeJS.ErrnoException): void => {
         if (ex.done || res.headersSent) {
           ex.finish('upstream_error');
+          return;
+        }
+        // A kept-alive socket the upstream closed just as we reused it: nothing reached it, and the
+        // body is in memory, so one retry on a fresh socket is safe (Node's documented remedy).
+        if (ex.reusedSocket && !ex.retried && !ex.timedOut && err.code === 'ECONNRESET' && !res.destroyed) {
+          ex.retried = true;
+          proxy.web(req, res, options, onError);
           return;
         }
         const code = ex.timedOut ? 'upstream_timeout' : 'upstream_unreachable';
@@ -192,7 +204,8 @@ export function createProxy(deps: Pick<Deps, 'log' | 'config' | 'catalog' | 'now
         ex.status = gerr.status;
         renderError(res, ctx.dialect, gerr);
         ex.finish('upstream_error');
-      });
+      };
+      proxy.web(req, res, options, onError);
     },
     close(): void {
       proxy.close();
