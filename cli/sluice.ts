@@ -9,17 +9,20 @@ import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { ConfigError, loadConfig } from '../lib/config.ts';
 import { openStore } from '../lib/store/open.ts';
+import type { Store } from '../lib/store/store.ts';
 import { UsageError } from './errors.ts';
 import { formatKeyTable, insertKey, listKeys, prepareKey, revokeKey } from './keys.ts';
 
 const env = process.env;
 const configOpt = { type: 'string', default: env.SLUICE_CONFIG_DIR ?? './config', describe: 'directory holding profiles.yaml and tiers.yaml' } as const;
 
-async function withStore<T>(configDir: string, fn: (store: Awaited<ReturnType<typeof openStore>>, config: ReturnType<typeof loadConfig>) => Promise<T>): Promise<T> {
-  const config = loadConfig(resolve(configDir));
+/** Loads (and so validates) the configuration: every keys command refuses to run on a bad one (exit 78). */
+const config = (dir: string) => loadConfig(resolve(dir));
+
+async function withStore<T>(fn: (store: Store) => Promise<T>): Promise<T> {
   const store = await openStore({ databaseUrl: env.SLUICE_DATABASE_URL, dataDir: resolve(env.SLUICE_DATA_DIR ?? './data') });
   try {
-    return await fn(store, config);
+    return await fn(store);
   } finally {
     await store.close();
   }
@@ -46,8 +49,9 @@ const cli = yargs(hideBin(process.argv))
       .option('ip', { type: 'string', array: true, describe: 'allowed client IP or CIDR (repeatable)' })
       .option('config', configOpt),
     async (a) => {
-      const prepared = prepareKey(loadConfig(resolve(a.config)), { profile: a.profile, name: a.name, expires: a.expires, ip: a.ip });
-      const key = await withStore(a.config, (store) => insertKey(store, prepared));
+      // Validated before the store is opened: a bad call creates no database.
+      const prepared = prepareKey(config(a.config), { profile: a.profile, name: a.name, expires: a.expires, ip: a.ip });
+      const key = await withStore((store) => insertKey(store, prepared));
       process.stderr.write(`created a key for profile ${a.profile} (${a.name}); it is shown only this once:\n`);
       process.stdout.write(`${key}\n`);
     })
@@ -56,7 +60,8 @@ const cli = yargs(hideBin(process.argv))
       .option('json', { type: 'boolean', default: false })
       .option('config', configOpt),
     async (a) => {
-      const rows = await withStore(a.config, (store) => listKeys(store, a.profile));
+      config(a.config);
+      const rows = await withStore((store) => listKeys(store, a.profile));
       process.stdout.write(a.json ? `${JSON.stringify(rows, null, 2)}\n` : rows.length ? `${formatKeyTable(rows)}\n` : '');
       if (!a.json && rows.length === 0) process.stderr.write('no keys\n');
     })
@@ -65,7 +70,8 @@ const cli = yargs(hideBin(process.argv))
       .option('name', { type: 'string', demandOption: true })
       .option('config', configOpt),
     async (a) => {
-      const prefix = await withStore(a.config, (store) => revokeKey(store, { profile: a.profile, name: a.name }));
+      config(a.config);
+      const prefix = await withStore((store) => revokeKey(store, { profile: a.profile, name: a.name }));
       process.stderr.write(`revoked ${prefix}; running servers refuse it within 60 s\n`);
     })
     .demandCommand(1, 'name a keys command: create, list or revoke'))

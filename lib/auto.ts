@@ -4,11 +4,12 @@
 // no ladder tier means the profile's default tier. The decision's own cost is recorded as a row.
 
 import type { Logger } from 'pino';
-import { estimateCost, withSlash, type Catalog } from './catalog.ts';
+import { rowCost, withSlash, type Catalog } from './catalog.ts';
 import type { AutoConfig } from './config.ts';
 import { newRequestId, type Ctx } from './context.ts';
 import type { Counters } from './counters/counters.ts';
 import type { RequestRow } from './store/store.ts';
+import { usageOf } from './usage-tap.ts';
 
 const EXCERPT_CHARS = 4000;
 
@@ -96,21 +97,18 @@ export class AutoRouter {
     } catch (err) {
       this.log.warn({ req: ctx.id, err: (err as Error).message }, 'auto decision failed; using the default tier');
     }
-    const u = json?.usage ?? {};
     if (status > 0) {
-      const tokens = { input_tokens: Number(u.prompt_tokens) || 0, output_tokens: Number(u.completion_tokens) || 0, cache_read_tokens: 0, cache_write_tokens: 0 };
-      const prices = this.catalog.prices(ctx.profile!.router, this.auto.decision_model);
+      const u = usageOf('chat', json);
       this.record({
         id: newRequestId(), ts, endpoint: 'chat', profile: ctx.profile!.name, key_prefix: ctx.key!.row.prefix,
         end_user: ctx.endUser, session: ctx.session, run: ctx.run, tier: 'auto-decision',
-        requested_model: this.auto.decision_model, model: typeof json?.model === 'string' ? json.model : this.auto.decision_model,
+        requested_model: this.auto.decision_model, model: u.model ?? this.auto.decision_model,
         stream: false, status, outcome: status < 400 ? 'ok' : 'upstream_error',
-        ...tokens, reasoning_tokens: 0,
-        cost_usd: typeof u.cost === 'number' ? u.cost : prices ? estimateCost(tokens, prices) : 0,
-        cost_source: typeof u.cost === 'number' ? 'upstream' : 'estimate',
-        provider: typeof json?.provider === 'string' ? json.provider : null, degradation: 'none',
-        generation_id: typeof json?.id === 'string' ? json.id : null, ttfb_ms: null,
-        duration_ms: Math.round(performance.now() - started), overhead_ms: null, tools: [],
+        input_tokens: u.input_tokens, output_tokens: u.output_tokens, cache_read_tokens: u.cache_read_tokens,
+        cache_write_tokens: u.cache_write_tokens, reasoning_tokens: u.reasoning_tokens,
+        ...rowCost(u, this.catalog.prices(ctx.profile!.router, this.auto.decision_model)),
+        provider: u.provider, degradation: 'none', generation_id: u.generation_id, ttfb_ms: null,
+        duration_ms: Math.round(performance.now() - started), overhead_ms: null, tools: u.tools,
       });
     }
     const reply = json?.choices?.[0]?.message?.content;

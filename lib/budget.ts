@@ -34,6 +34,10 @@ export function windows(now: number) {
   return { dayStart, dayEnd, monthStart, monthEnd, day, month };
 }
 
+type Windows = ReturnType<typeof windows>;
+/** A profile's counter names for the windows of one UTC day. */
+interface WindowKeys { w: Windows; dayKey: string; monthKey: string }
+
 export function micro(usd: number): number {
   return Math.round(usd * 1e6);
 }
@@ -60,9 +64,9 @@ export class Budget {
   private w = windows(0);
   /** Window keys this process has seeded (or found) in Counters: add() need not read them again. */
   private readonly seeded = new WeakSet<object>();
-  private readonly names = new Map<string, { w: ReturnType<typeof windows>; dayKey: string; monthKey: string }>();
+  private readonly names = new Map<string, WindowKeys>();
 
-  private keys(profile: string, now: number): { w: ReturnType<typeof windows>; dayKey: string; monthKey: string } {
+  private keys(profile: string, now: number): WindowKeys {
     if (now < this.w.dayStart || now >= this.w.dayEnd) {
       this.w = windows(now);
       this.names.clear();
@@ -73,7 +77,7 @@ export class Budget {
   }
 
   /** Current spend in micro-USD for the day and month windows, seeding from the store when missing. */
-  private async spend(profile: string, now: number): Promise<{ day: number; month: number; w: ReturnType<typeof windows> }> {
+  private async spend(profile: string, now: number): Promise<{ day: number; month: number; w: Windows }> {
     const { w, dayKey, monthKey } = this.keys(profile, now);
     // Both reads in flight at once: on Redis they travel in one pipelined round trip.
     const dayRead = this.counters.get(dayKey);

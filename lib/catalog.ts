@@ -100,6 +100,15 @@ export function estimateCost(u: { input_tokens: number; output_tokens: number; c
   return Math.round(usd * 1e10) / 1e10;
 }
 
+/** A row's cost: the router's reported figure, else an estimate from per-token prices (0 without any). */
+export function rowCost(
+  u: { cost: number | null; input_tokens: number; output_tokens: number; cache_read_tokens: number; cache_write_tokens: number },
+  prices: Prices | undefined,
+): { cost_usd: number; cost_source: 'upstream' | 'estimate' } {
+  if (u.cost !== null) return { cost_usd: u.cost, cost_source: 'upstream' };
+  return { cost_usd: prices ? estimateCost(u, prices) : 0, cost_source: 'estimate' };
+}
+
 /** Per-token prices of a tier (its per-million prices; cache reads and writes at the input price). */
 export function tierPrices(t: { price: { input_per_mtok: number; output_per_mtok: number } }): Prices {
   const prompt = t.price.input_per_mtok / 1e6;

@@ -2,7 +2,6 @@
 // the services around them. Built once by the server at start-up (lib/server.ts); plugins take
 // the parts they need when they are constructed, never per request.
 
-import type { BlockList } from 'node:net';
 import type { Logger } from 'pino';
 import type { AutoRouter } from './auto.ts';
 import type { Budget } from './budget.ts';
@@ -12,18 +11,16 @@ import type { Ctx } from './context.ts';
 import type { Counters } from './counters/counters.ts';
 import type { KeyCache } from './key-cache.ts';
 import type { Recorder } from './recorder.ts';
-import type { AuditOutcome, Store } from './store/store.ts';
+import type { AuditOutcome } from './store/store.ts';
 
 export interface Deps {
   config: Config;
-  store: Store;
   counters: Counters;
   log: Logger;
   /** The clock (ms since the epoch); tests set it to cross midnights and month ends. */
   now: () => number;
   /** Profile name → its upstream key, read from the environment once at start-up. */
   upstreamKeys: Map<string, string>;
-  trustedProxies: BlockList;
   keyCache: KeyCache;
   catalog: Catalog;
   auto: AutoRouter;

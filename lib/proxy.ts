@@ -9,12 +9,12 @@ import http, { type IncomingMessage, type OutgoingHttpHeaders } from 'node:http'
 import https from 'node:https';
 import { Readable } from 'node:stream';
 import { ProxyServer } from 'http-proxy-3';
-import { estimateCost, tierPrices, withSlash } from './catalog.ts';
+import { rowCost, tierPrices, withSlash } from './catalog.ts';
 import type { Ctx } from './context.ts';
 import type { Deps } from './deps.ts';
 import { GatewayError, renderError, streamErrorEvent } from './errors.ts';
 import type { Outcome, RequestRow } from './store/store.ts';
-import { UsageTap } from './usage-tap.ts';
+import { UsageTap, usageOf } from './usage-tap.ts';
 
 const UPSTREAM_PATH = { chat: 'api/v1/chat/completions', messages: 'api/v1/messages', count_tokens: 'api/v1/messages/count_tokens' } as const;
 
@@ -40,6 +40,8 @@ export function createProxy(deps: Pick<Deps, 'log' | 'config' | 'catalog' | 'now
     for (const [route, path] of Object.entries(UPSTREAM_PATH)) targets.set(`${router.name}:${route}`, new URL(path, withSlash(router.url)));
   }
   const ctxOf = new WeakMap<IncomingMessage, Exchange>();
+  // Estimates price tier requests at the tier's prices; built once, not per row.
+  const tierPriceOf = new Map([...deps.config.tiers].map(([name, tier]) => [name, tierPrices(tier)]));
 
   proxy.on('proxyReq', (proxyReq, req) => {
     const ex = ctxOf.get(req);
@@ -114,11 +116,9 @@ export function createProxy(deps: Pick<Deps, 'log' | 'config' | 'catalog' | 'now
       if (this.done) return;
       this.done = true;
       const { ctx } = this;
-      const u = this.tap?.finish();
-      const tier = ctx.tier ? deps.config.tiers.get(ctx.tier) : undefined;
-      const prices = tier ? tierPrices(tier) : ctx.model ? deps.catalog.prices(ctx.profile!.router, ctx.model) : undefined;
-      const tokens = u ?? { input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0, reasoning_tokens: 0 };
-      const upstreamCost = u?.cost ?? null;
+      // No tap: the exchange ended before any response (a client gone first, an upstream down).
+      const u = this.tap?.finish() ?? usageOf(ctx.dialect, undefined);
+      const prices = ctx.tier ? tierPriceOf.get(ctx.tier) : ctx.model ? deps.catalog.prices(ctx.profile!.router, ctx.model) : undefined;
       deps.record({
         id: ctx.id,
         ts: new Date(deps.now()).toISOString(),
@@ -130,24 +130,23 @@ export function createProxy(deps: Pick<Deps, 'log' | 'config' | 'catalog' | 'now
         run: ctx.run,
         tier: ctx.tier,
         requested_model: ctx.requestedModel,
-        model: u?.model ?? ctx.model ?? ctx.requestedModel,
+        model: u.model ?? ctx.model ?? ctx.requestedModel,
         stream: ctx.stream,
         status: outcome === 'client_disconnect' && this.status === 0 ? 499 : this.status,
         outcome,
-        input_tokens: tokens.input_tokens,
-        output_tokens: tokens.output_tokens,
-        cache_read_tokens: tokens.cache_read_tokens,
-        cache_write_tokens: tokens.cache_write_tokens,
-        reasoning_tokens: tokens.reasoning_tokens,
-        cost_usd: upstreamCost ?? (prices ? estimateCost(tokens, prices) : 0),
-        cost_source: upstreamCost !== null ? 'upstream' : 'estimate',
-        provider: u?.provider ?? null,
+        input_tokens: u.input_tokens,
+        output_tokens: u.output_tokens,
+        cache_read_tokens: u.cache_read_tokens,
+        cache_write_tokens: u.cache_write_tokens,
+        reasoning_tokens: u.reasoning_tokens,
+        ...rowCost(u, prices),
+        provider: u.provider,
         degradation: ctx.degradation,
-        generation_id: u?.generation_id ?? null,
+        generation_id: u.generation_id,
         ttfb_ms: this.ttfb === null ? null : Math.round(this.ttfb),
         duration_ms: Math.round(performance.now() - ctx.t0),
         overhead_ms: this.sentAt ? Math.round((this.sentAt - ctx.t0) * 100) / 100 : null,
-        tools: u?.tools ?? [],
+        tools: u.tools,
       });
     }
   }
@@ -214,5 +213,3 @@ export function createProxy(deps: Pick<Deps, 'log' | 'config' | 'catalog' | 'now
     },
   };
 }
-
-export type Proxy = ReturnType<typeof createProxy>;

@@ -51,7 +51,12 @@ export class Recorder {
     this.queue.push(row);
     this.events.emit('row', row);
     if (this.queue.length >= this.batch) void this.flush();
-    else this.timer ??= setTimeout(() => void this.flush(), this.failing ? Math.max(this.flushMs, 1000) : this.flushMs);
+    else this.schedule();
+  }
+
+  /** The next flush: soon normally, every second while the store is failing. */
+  private schedule(): void {
+    this.timer ??= setTimeout(() => void this.flush(), this.failing ? Math.max(this.flushMs, 1000) : this.flushMs);
   }
 
   /** True while the last write to the store failed (rows are being held). */
@@ -70,7 +75,7 @@ export class Recorder {
     this.running ??= this.round().finally(() => {
       this.running = undefined;
       // Retry while anything is held, in memory or on disk (a failed replay included).
-      if (this.queue.length > 0 || this.spoolDirty) this.timer ??= setTimeout(() => void this.flush(), this.failing ? 1000 : this.flushMs);
+      if (this.queue.length > 0 || this.spoolDirty) this.schedule();
     });
     return this.running;
   }

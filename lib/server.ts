@@ -9,7 +9,7 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { createPlugins } from '../plugins/index.ts';
-import { AUTH_FAILURE_LIMIT, AUTH_FAILURE_OPTS, AUTH_FAILURE_WINDOW_S, authFailureBucket } from '../plugins/ip-block.ts';
+import { countAuthFailure } from '../plugins/ip-block.ts';
 import { AutoRouter } from './auto.ts';
 import { Budget } from './budget.ts';
 import { Catalog } from './catalog.ts';
@@ -42,7 +42,9 @@ export interface GatewayOptions {
   loadCatalog?: boolean;
 }
 
-const ROUTES: Record<string, { route: Route; method: string; dialect: Dialect }> = {
+interface RouteDef { route: Route; method: string; dialect: Dialect }
+
+const ROUTES: Record<string, RouteDef> = {
   '/v1/chat/completions': { route: 'chat', method: 'POST', dialect: 'chat' },
   '/v1/messages': { route: 'messages', method: 'POST', dialect: 'messages' },
   '/v1/messages/count_tokens': { route: 'count_tokens', method: 'POST', dialect: 'messages' },
@@ -78,21 +80,21 @@ export async function createGateway(opts: GatewayOptions) {
   }
 
   const deps: Deps = {
-    config, store, counters, log, now, upstreamKeys, trustedProxies, catalog, recorder, budget,
+    config, counters, log, now, upstreamKeys, catalog, recorder, budget,
     keyCache: new KeyCache({ store, now, ttlMs: opts.keyCacheTtlMs, onTouchError: (err) => log.warn({ err: (err as Error).message }, 'last_used_at update failed') }),
     auto: new AutoRouter({ auto: config.auto, counters, catalog, log, record, now }),
     async authFailure(ctx, outcome, prefix) {
       log.info({ req: ctx.id, ip: ctx.ip, prefix, outcome }, 'auth failure');
       store.insertAudit([{ ts: new Date(now()).toISOString(), ip: ctx.ip, prefix, outcome }])
         .catch((err) => log.error({ err: err.message }, 'auth audit row could not be written'));
-      await counters.consume(authFailureBucket(ctx.ip), AUTH_FAILURE_LIMIT - 1, AUTH_FAILURE_WINDOW_S, AUTH_FAILURE_OPTS);
+      await countAuthFailure(counters, ctx.ip);
     },
   };
 
-  // The chain, resolved per route once: the hot path iterates only the plugins its route runs.
+  // Each route with its chain, resolved once: the hot path iterates only the plugins its route runs.
   const plugins = createPlugins(deps, { bodyTimeoutMs: opts.bodyTimeoutMs ?? 30_000 });
-  const chains = new Map<Route, Plugin[]>();
-  for (const { route } of Object.values(ROUTES)) chains.set(route, plugins.filter((p) => p.routes.includes(route)));
+  const routes = new Map<string, RouteDef & { chain: Plugin[] }>();
+  for (const [path, def] of Object.entries(ROUTES)) routes.set(path, { ...def, chain: plugins.filter((p) => p.routes.includes(def.route)) });
 
   const proxy = createProxy({ log, config, catalog, now, record, upstreamTimeoutMs: opts.upstreamTimeoutMs ?? 300_000 });
   const modelsBody = Buffer.from(JSON.stringify(modelList(config)));
@@ -113,21 +115,26 @@ export async function createGateway(opts: GatewayOptions) {
   let inFlight = 0;
   let idle: (() => void) | undefined;
 
-  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  /** Where a request goes: its path, its route (if any) and the dialect its errors are written in. */
+  function locate(req: IncomingMessage) {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
+    const def = routes.get(path);
+    return { path, hasQuery: q !== -1, def, dialect: def?.dialect ?? guessDialect(req, path) };
+  }
+
+  async function handle(req: IncomingMessage, res: ServerResponse, where: ReturnType<typeof locate>): Promise<void> {
+    const { path, def, dialect } = where;
     if (path === '/api/hello' && req.method === 'HEAD') {
       res.writeHead(204).end();
       return;
     }
     if (path === '/health' && (req.method === 'GET' || req.method === 'HEAD')) {
-      if (q === -1) res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
+      if (!where.hasQuery) res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
       else res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(health()));
       return;
     }
-    const def = ROUTES[path];
-    const dialect = def?.dialect ?? guessDialect(req, path);
     if (!def) return renderError(res, dialect, new GatewayError('not_found'));
     if (req.method !== def.method) {
       res.setHeader('allow', def.method);
@@ -140,7 +147,7 @@ export async function createGateway(opts: GatewayOptions) {
       changed: false, stream: false, endUser: null, session: null, run: typeof run === 'string' ? run.slice(0, 128) : null,
       requestedModel: null, tier: null, model: null, degradation: 'none', removed: [],
     };
-    for (const plugin of chains.get(def.route)!) {
+    for (const plugin of def.chain) {
       const pending = plugin.run(ctx);
       if (pending) await pending; // only asynchronous plugins cost a tick
     }
@@ -157,9 +164,9 @@ export async function createGateway(opts: GatewayOptions) {
     res.once('close', () => {
       if (--inFlight === 0) idle?.();
     });
-    handle(req, res).catch((err) => {
-      const path = (req.url ?? '/').split('?')[0];
-      const dialect = ROUTES[path]?.dialect ?? guessDialect(req, path);
+    const where = locate(req);
+    handle(req, res, where).catch((err) => {
+      const { dialect } = where;
       if (err instanceof GatewayError) {
         renderError(res, dialect, err);
         // A refused body may still be arriving: close the connection rather than read it on.
@@ -245,7 +252,7 @@ function lingeringClose(req: IncomingMessage): void {
 }
 
 /** GET /v1/models: sluice/auto, the sluice/<tier> aliases and the tier models, in a shape both SDKs read. */
-export function modelList(config: Config) {
+function modelList(config: Config) {
   const created = 1_760_000_000;
   const ids = ['sluice/auto', ...[...config.tiers.keys()].map((t) => `sluice/${t}`)];
   for (const t of config.tiers.values()) if (!ids.includes(t.model)) ids.push(t.model);

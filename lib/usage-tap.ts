@@ -68,15 +68,19 @@ export class UsageTap {
     if (this.chunks && !this.broken) {
       try {
         const body = this.chunks.length === 1 ? this.chunks[0] : Buffer.concat(this.chunks, this.size);
-        const json = JSON.parse(body.toString('utf8'));
-        if (this.dialect === 'chat') this.readChat(json, false);
-        else this.readMessage(json);
+        this.readJson(JSON.parse(body.toString('utf8')));
       } catch {
         this.broken = true;
       }
       this.chunks = null;
     }
     return this.usage;
+  }
+
+  /** Reads a complete JSON response body of the tap's dialect. */
+  readJson(json: unknown): void {
+    if (this.dialect === 'chat') this.readChat(json, false);
+    else this.readMessage(json);
   }
 
   private onEvent(ev: EventSourceMessage): void {
@@ -167,4 +171,15 @@ export class UsageTap {
     if (typeof reasoning === 'number') u.reasoning_tokens = n(reasoning);
     if (typeof usage.cost === 'number' && Number.isFinite(usage.cost)) u.cost = usage.cost;
   }
+}
+
+/** Usage of an already-parsed JSON response (sluice's own calls, such as the auto decision). Never throws. */
+export function usageOf(dialect: Dialect, json: unknown): Usage {
+  const tap = new UsageTap(dialect, false);
+  try {
+    tap.readJson(json);
+  } catch {
+    // A malformed answer costs only its fields, as in the stream.
+  }
+  return tap.usage;
 }

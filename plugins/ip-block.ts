@@ -1,9 +1,10 @@
 // Step 1 of the auth chain: an address with 20 auth failures in 10 minutes is refused for the
-// window (429, retry-after 600), valid key or not. IPv6 counts per /64. Reads the count only;
-// failures are counted by `Deps.authFailure` (steps 2–5), all through the Counters interface.
+// window (429, retry-after 600), valid key or not. IPv6 counts per /64. This file owns the block's
+// window both ways: `countAuthFailure` (called for every failure of steps 2–5) and the check.
 
 import { ipBlockBucket } from '../lib/client-ip.ts';
 import { ALL_V1, type Plugin } from '../lib/context.ts';
+import type { Counters, Verdict } from '../lib/counters/counters.ts';
 import type { Deps } from '../lib/deps.ts';
 import { GatewayError } from '../lib/errors.ts';
 
@@ -16,13 +17,22 @@ export function authFailureBucket(ip: string): string {
 }
 export const AUTH_FAILURE_OPTS = { blockS: AUTH_FAILURE_WINDOW_S } as const;
 
+/** Counts one failure of steps 2–5 against the client's address. */
+export function countAuthFailure(counters: Counters, ip: string): Promise<Verdict> {
+  return counters.consume(authFailureBucket(ip), AUTH_FAILURE_LIMIT - 1, AUTH_FAILURE_WINDOW_S, AUTH_FAILURE_OPTS);
+}
+
+/** The address's failure window, without counting (allowed false while it is blocked). */
+export function authFailureState(counters: Counters, ip: string): Promise<Verdict> {
+  return counters.peek(authFailureBucket(ip), AUTH_FAILURE_LIMIT - 1, AUTH_FAILURE_WINDOW_S, AUTH_FAILURE_OPTS);
+}
+
 export function ipBlock(deps: Pick<Deps, 'counters'>): Plugin {
   return {
     name: 'ip-block',
     routes: ALL_V1,
     async run(ctx) {
-      const v = await deps.counters.peek(authFailureBucket(ctx.ip), AUTH_FAILURE_LIMIT - 1, AUTH_FAILURE_WINDOW_S, AUTH_FAILURE_OPTS);
-      if (!v.allowed) throw new GatewayError('ip_blocked');
+      if (!(await authFailureState(deps.counters, ctx.ip)).allowed) throw new GatewayError('ip_blocked');
     },
   };
 }

@@ -33,7 +33,8 @@ export function modelResolve(deps: Pick<Deps, 'config' | 'catalog' | 'auto'>): P
       let tierName: string | null = null;
       if (requested.startsWith('sluice/')) {
         const alias = requested.slice(7);
-        if (alias === 'auto') tierName = ctx.degradation === 'none' ? await deps.auto.decide(ctx) : 'fast';
+        // A degraded profile goes to the fast tier below: no decision worth paying for.
+        if (alias === 'auto') tierName = ctx.degradation === 'none' ? await deps.auto.decide(ctx) : null;
         else if (tiers.has(alias)) tierName = alias;
         else throw new GatewayError('invalid_body', { message: `Unknown model alias "${requested}". Ask GET /v1/models for the list.` });
       } else if (requested.startsWith('claude-') || DEFAULT_TIER_NAMES.has(requested)) {

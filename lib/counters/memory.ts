@@ -33,8 +33,7 @@ export class MemoryCounters implements Counters {
   }
 
   async peek(bucket: string, limit: number, windowS: number, opts: { blockS?: number } = {}): Promise<Verdict> {
-    const res = await this.limiter(limit, windowS, opts.blockS).get(bucket);
-    return res ? { allowed: res.consumedPoints <= limit, count: res.consumedPoints, msLeft: res.msBeforeNext } : { allowed: true, count: 0, msLeft: 0 };
+    return peekVerdict(limit, await this.limiter(limit, windowS, opts.blockS).get(bucket));
   }
 
   private live(key: string): Entry | undefined {
@@ -77,6 +76,11 @@ export class MemoryCounters implements Counters {
   async close(): Promise<void> {
     clearInterval(this.sweep);
   }
+}
+
+/** A window read without counting (rate-limiter-flexible's `get`): null means nothing counted yet. */
+export function peekVerdict(limit: number, res: RateLimiterRes | null): Verdict {
+  return res ? { allowed: res.consumedPoints <= limit, count: res.consumedPoints, msLeft: res.msBeforeNext } : { allowed: true, count: 0, msLeft: 0 };
 }
 
 /** rate-limiter-flexible resolves within the limit and rejects with a RateLimiterRes beyond it. */

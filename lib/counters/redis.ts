@@ -8,7 +8,7 @@ import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
 import type { Counters, Verdict } from './counters.ts';
-import { MemoryCounters, toVerdict } from './memory.ts';
+import { MemoryCounters, peekVerdict, toVerdict } from './memory.ts';
 
 const DEFAULT_PREFIX = 'sluice:';
 
@@ -74,8 +74,7 @@ export class RedisCounters implements Counters {
   }
 
   async peek(bucket: string, limit: number, windowS: number, opts: { blockS?: number } = {}): Promise<Verdict> {
-    const res = await this.limiter(limit, windowS, opts.blockS).get(bucket);
-    return res ? { allowed: res.consumedPoints <= limit, count: res.consumedPoints, msLeft: res.msBeforeNext } : { allowed: true, count: 0, msLeft: 0 };
+    return peekVerdict(limit, await this.limiter(limit, windowS, opts.blockS).get(bucket));
   }
 
   /** Runs a Redis operation, or the in-memory one while Redis is away. */

@@ -9,7 +9,7 @@ import { MemoryCounters } from '../../lib/counters/memory.ts';
 import { CATALOGUE } from '../../lib/errors.ts';
 import { generateKey } from '../../lib/keys.ts';
 import type { Store } from '../../lib/store/store.ts';
-import { AUTH_FAILURE_LIMIT, AUTH_FAILURE_OPTS, AUTH_FAILURE_WINDOW_S, authFailureBucket } from '../../plugins/ip-block.ts';
+import { AUTH_FAILURE_LIMIT, AUTH_FAILURE_OPTS, AUTH_FAILURE_WINDOW_S, authFailureBucket, authFailureState } from '../../plugins/ip-block.ts';
 import { startHarness, type Harness } from '../helpers/gateway.ts';
 import { readReply, trackAudits, type Reply } from '../helpers/upstream.ts';
 
@@ -101,7 +101,7 @@ for (const storeKind of STORES) {
     await isBlocked(t, h, key, ip);
     // A blocked request never reaches the key check: no further audit rows, no further counting.
     t.equal((await audit(ip)).length, 20, 'twenty audit rows, none for the blocked requests');
-    const v = await counters.peek(authFailureBucket(ip), AUTH_FAILURE_LIMIT - 1, AUTH_FAILURE_WINDOW_S, AUTH_FAILURE_OPTS);
+    const v = await authFailureState(counters, ip);
     t.equal(v.allowed, false, 'the counters hold the block');
     t.ok(v.msLeft > 590_000 && v.msLeft <= 600_000, `blocked for the 600 s window (${v.msLeft} ms left)`);
     // The same address through a chain of trusted proxies is still that address.
@@ -128,7 +128,7 @@ for (const storeKind of STORES) {
     for (const ip of ['2001:db8:1:2::a', '2001:db8:1:2::1234', '2001:db8:1:2:abcd:abcd:abcd:abcd']) await isBlocked(t, h, key, ip);
     // The neighbouring /64s are another count.
     for (const ip of ['2001:db8:1:3::1', '2001:db8:1:1:ffff:ffff:ffff:ffff', '2001:db8::1']) await isServed(t, h, key, ip);
-    const v = await h.gateway.deps.counters.peek(authFailureBucket('2001:db8:1:2::5'), AUTH_FAILURE_LIMIT - 1, AUTH_FAILURE_WINDOW_S, AUTH_FAILURE_OPTS);
+    const v = await authFailureState(h.gateway.deps.counters, '2001:db8:1:2::5');
     t.equal(v.allowed, false, 'one bucket for the /64');
   });
 }
