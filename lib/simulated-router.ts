@@ -727,9 +727,13 @@ export async function startSimulatedRouter(opts: SimOptions = {}): Promise<Simul
     x.res.end();
   }
 
-  async function chatJson(x: Exchange, g: Generation): Promise<void> {
+  /**
+   * The start of a non-streamed answer: paced like the stream it stands for, with drop-after and
+   * silent-after carried out. Gives the number of content pieces the answer holds and where a
+   * fail-after strikes, or undefined once the exchange has ended.
+   */
+  async function jsonPlan(x: Exchange, g: Generation): Promise<{ n: number; cut: number } | undefined> {
     const { d, content } = g;
-    const native = NATIVE_FINISH[g.provider] ?? NATIVE_FINISH_DEFAULT;
     const cut = cutPoint(d);
     const n = cut >= 0 && cut < content.pieces.length ? cut : content.pieces.length;
     for (let i = 1; i < n; i++) if (!(await pause(x, d.chunkDelayMs))) return;
@@ -737,6 +741,15 @@ export async function startSimulatedRouter(opts: SimOptions = {}): Promise<Simul
       if (d.dropAfter === cut) { settle(g, cut, 0); await drop(x); return; }
       if (d.silentAfter === cut) return;
     }
+    return { n, cut };
+  }
+
+  async function chatJson(x: Exchange, g: Generation): Promise<void> {
+    const { d, content } = g;
+    const native = NATIVE_FINISH[g.provider] ?? NATIVE_FINISH_DEFAULT;
+    const plan = await jsonPlan(x, g);
+    if (!plan) return;
+    const { n, cut } = plan;
     const failed = d.failAfter === cut && cut >= 0 && cut <= content.pieces.length;
     const text = n === content.pieces.length ? content.text : content.pieces.slice(0, n).join('');
     const withTool = d.tool !== '' && !failed;
@@ -817,12 +830,10 @@ export async function startSimulatedRouter(opts: SimOptions = {}): Promise<Simul
 
   async function messagesJson(x: Exchange, g: Generation): Promise<void> {
     const { d, content } = g;
-    const cut = cutPoint(d);
-    const n = cut >= 0 && cut < content.pieces.length ? cut : content.pieces.length;
-    for (let i = 1; i < n; i++) if (!(await pause(x, d.chunkDelayMs))) return;
+    const plan = await jsonPlan(x, g);
+    if (!plan) return;
+    const { n, cut } = plan;
     if (cut >= 0 && cut <= content.pieces.length) {
-      if (d.dropAfter === cut) { settle(g, cut, 0); await drop(x); return; }
-      if (d.silentAfter === cut) return;
       if (d.failAfter === cut) {
         // A non-streamed Anthropic answer has no way to carry a partial failure: an error status.
         settle(g, cut, 0);
