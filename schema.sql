@@ -1,7 +1,9 @@
--- sluice's Postgres schema: keys, auth_audit, requests (CONTRACT §7), run by lib/store/postgres.ts migrate().
--- Every statement is IF NOT EXISTS, so applying the file again is harmless; never drop or rewrite data here.
--- The embedded SQLite DDL in lib/store/sqlite.ts mirrors these tables column for column: change both together.
+-- sluice's Postgres schema (CONTRACT §7), in numbered steps applied by lib/store/postgres.ts migrate()
+-- (see lib/store/migrations.ts): each database records its applied steps in schema_migrations.
+-- Never edit an applied step; append a new one. lib/store/sqlite-schema.sql mirrors these steps for
+-- the embedded store, step for step and column for column: change both together.
 
+-- migration 1: keys, auth_audit, requests (the 0.3.0 schema)
 CREATE TABLE IF NOT EXISTS keys (
   id           integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   key_hash     text        NOT NULL,

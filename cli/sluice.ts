@@ -79,7 +79,7 @@ const cli = yargs(hideBin(process.argv))
     .option('listen', { type: 'string', default: '127.0.0.1:9090' })
     .option('provisioning-key', { type: 'string', describe: 'the management key its /api/v1/keys API accepts (default: SLUICE_PROVISIONING_KEY)' }),
   async (a) => {
-    const { startSimulatedRouter } = await import('../lib/simulated-router.ts');
+    const { startSimulatedRouter } = await import('../lib/sim/index.ts');
     const { parseListen } = await import('./serve.ts');
     const { host, port } = parseListen(a.listen);
     const sim = await startSimulatedRouter({ host, port, provisioningKey: a['provisioning-key'] ?? env.SLUICE_PROVISIONING_KEY, record: false });

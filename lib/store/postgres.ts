@@ -1,10 +1,11 @@
 // The Postgres Store, through a small porsager/postgres pool; for scale-out, where several gateways
-// share one database. migrate() runs schema.sql, which owns the DDL; this file owns the queries and
-// turns what the driver returns (Date, int8 strings) back into the Store's ISO strings and numbers.
+// share one database. migrate() applies schema.sql's numbered steps (lib/store/migrations.ts);
+// this file owns the queries and turns what the driver returns (Date, int8 strings) back into the Store's ISO strings and numbers.
 // Never builds SQL by string concatenation of values, and never holds a full client key.
 
 import { readFile } from 'node:fs/promises';
 import postgres from 'postgres';
+import { parseMigrations, pendingMigrations } from './migrations.ts';
 import {
   KeyConflictError,
   type AuditRow,
@@ -101,13 +102,18 @@ export function openPostgresStore(url: string): Store {
     kind: 'postgres',
 
     async migrate() {
-      const schema = await readFile(SCHEMA_FILE, 'utf8');
-      // Concurrent CREATE ... IF NOT EXISTS can still collide in the catalog, so gateways starting
-      // together take turns under a transaction-scoped advisory lock. No parameters: simple protocol,
-      // which is what lets the file's several statements run as one query.
+      const steps = parseMigrations(await readFile(SCHEMA_FILE, 'utf8'));
+      // Gateways and CLI commands starting together take turns under a transaction-scoped advisory
+      // lock, and each re-reads what is applied once it holds the lock. No parameters in a step:
+      // simple protocol, which is what lets a step's several statements run as one query.
       await sql.begin(async (tx) => {
         await tx.unsafe('SELECT pg_advisory_xact_lock(7301105)');
-        await tx.unsafe(schema);
+        await tx.unsafe('CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL)');
+        const applied = (await tx.unsafe('SELECT version FROM schema_migrations')).map((r) => Number(r.version));
+        for (const step of pendingMigrations(steps, applied)) {
+          await tx.unsafe(step.sql);
+          await tx`INSERT INTO schema_migrations (version, name, applied_at) VALUES (${step.version}, ${step.name}, now())`;
+        }
       });
     },
 

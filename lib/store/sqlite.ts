@@ -1,11 +1,12 @@
 // The embedded Store: one SQLite file through node:sqlite, in WAL mode so the CLI and a running
-// server can share it. Owns the SQLite DDL, kept column for column in step with schema.sql.
+// server can share it. Its DDL is lib/store/sqlite-schema.sql, applied in versioned steps at open.
 // Booleans are stored as 0/1 and timestamps as ISO text; rows leave here in the Store's types.
 // Never holds a full client key, and never lets a raw SQLite row escape unconverted.
 
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { DatabaseSync, type SQLInputValue, type StatementSync } from 'node:sqlite';
+import { parseMigrations, pendingMigrations } from './migrations.ts';
 import {
   KeyConflictError,
   type AuditRow,
@@ -15,65 +16,7 @@ import {
   type Store,
 } from './store.ts';
 
-// STRICT tables make SQLite refuse a value of the wrong type instead of storing it silently.
-const DDL = `
-CREATE TABLE IF NOT EXISTS keys (
-  id           INTEGER PRIMARY KEY AUTOINCREMENT,
-  key_hash     TEXT NOT NULL,
-  prefix       TEXT NOT NULL,
-  profile      TEXT NOT NULL,
-  name         TEXT NOT NULL,
-  ip_allow     TEXT NOT NULL,
-  created_at   TEXT NOT NULL,
-  expires_at   TEXT,
-  last_used_at TEXT,
-  revoked_at   TEXT
-) STRICT;
-CREATE UNIQUE INDEX IF NOT EXISTS keys_key_hash ON keys (key_hash);
-CREATE UNIQUE INDEX IF NOT EXISTS keys_active_profile_name ON keys (profile, name) WHERE revoked_at IS NULL;
-
-CREATE TABLE IF NOT EXISTS auth_audit (
-  id      INTEGER PRIMARY KEY AUTOINCREMENT,
-  ts      TEXT NOT NULL,
-  ip      TEXT NOT NULL,
-  prefix  TEXT NOT NULL,
-  outcome TEXT NOT NULL
-) STRICT;
-CREATE INDEX IF NOT EXISTS auth_audit_ts ON auth_audit (ts);
-
-CREATE TABLE IF NOT EXISTS requests (
-  id                 TEXT PRIMARY KEY,
-  ts                 TEXT    NOT NULL,
-  endpoint           TEXT    NOT NULL,
-  profile            TEXT    NOT NULL,
-  key_prefix         TEXT    NOT NULL,
-  end_user           TEXT,
-  session            TEXT,
-  run                TEXT,
-  tier               TEXT,
-  requested_model    TEXT,
-  model              TEXT,
-  stream             INTEGER NOT NULL,
-  status             INTEGER NOT NULL,
-  outcome            TEXT    NOT NULL,
-  input_tokens       INTEGER NOT NULL,
-  output_tokens      INTEGER NOT NULL,
-  cache_read_tokens  INTEGER NOT NULL,
-  cache_write_tokens INTEGER NOT NULL,
-  reasoning_tokens   INTEGER NOT NULL,
-  cost_usd           REAL    NOT NULL,
-  cost_source        TEXT    NOT NULL,
-  provider           TEXT,
-  degradation        TEXT    NOT NULL,
-  generation_id      TEXT,
-  ttfb_ms            INTEGER,
-  duration_ms        INTEGER NOT NULL,
-  overhead_ms        REAL,
-  tools              TEXT    NOT NULL DEFAULT '[]'
-) STRICT;
-CREATE INDEX IF NOT EXISTS requests_profile_ts ON requests (profile, ts);
-CREATE INDEX IF NOT EXISTS requests_ts ON requests (ts);
-`;
+const MIGRATIONS = parseMigrations(readFileSync(new URL('./sqlite-schema.sql', import.meta.url), 'utf8'));
 
 /** How long a writer waits for the other process's write lock before giving up. */
 const BUSY_TIMEOUT_MS = 5000;
@@ -124,6 +67,26 @@ function isActiveNameConflict(err: unknown): boolean {
   return message.includes('UNIQUE constraint failed') && message.includes('keys.profile, keys.name');
 }
 
+/** Applies the steps this file lacks, each in its own write transaction (a CLI and a server may race). */
+function migrateSqlite(db: DatabaseSync): void {
+  db.exec('CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT');
+  const applied = () => db.prepare('SELECT version FROM schema_migrations').all().map((r) => Number(r.version));
+  for (const step of pendingMigrations(MIGRATIONS, applied())) {
+    db.exec('BEGIN IMMEDIATE');
+    try {
+      // Re-read under the write lock: another process may have applied it meanwhile.
+      if (!applied().includes(step.version)) {
+        db.exec(step.sql);
+        db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(step.version, step.name, new Date().toISOString());
+      }
+      db.exec('COMMIT');
+    } catch (err) {
+      db.exec('ROLLBACK');
+      throw err;
+    }
+  }
+}
+
 export function openSqliteStore(file: string): Store {
   mkdirSync(dirname(file), { recursive: true });
   const db = new DatabaseSync(file, { timeout: BUSY_TIMEOUT_MS });
@@ -132,7 +95,7 @@ export function openSqliteStore(file: string): Store {
   // WAL with NORMAL sync is durable against process crashes, which is what a gateway needs.
   db.exec('PRAGMA synchronous = NORMAL');
   // The tables must exist before statements can be prepared against them.
-  db.exec(DDL);
+  migrateSqlite(db);
 
   const stmt = {
     createKey: db.prepare(
@@ -173,7 +136,7 @@ export function openSqliteStore(file: string): Store {
     kind: 'sqlite',
 
     async migrate() {
-      db.exec(DDL);
+      migrateSqlite(db);
     },
 
     async createKey(key: NewKey) {

@@ -11,7 +11,7 @@ import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import t, { type Test } from 'tap';
-import { startSimulatedRouter } from '../../lib/simulated-router.ts';
+import { startSimulatedRouter } from '../../lib/sim/index.ts';
 import { openStore } from '../../lib/store/open.ts';
 import { profilesYaml, TIERS_YAML, UPSTREAM_KEYS } from '../helpers/gateway.ts';
 

@@ -5,7 +5,7 @@
 // session, the default tier when no ladder tier is named, and the decision's own row.
 
 import t from 'tap';
-import type { SimRequest } from '../../lib/simulated-router.ts';
+import type { SimRequest } from '../../lib/sim/index.ts';
 import type { RequestRow } from '../../lib/store/store.ts';
 import { startHarness, UPSTREAM_KEYS } from '../helpers/gateway.ts';
 

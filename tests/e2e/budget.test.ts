@@ -10,7 +10,7 @@ import t, { type Test } from 'tap';
 import type { Budget } from '../../lib/budget.ts';
 import type { RequestRow } from '../../lib/store/store.ts';
 import { startHarness, type Harness } from '../helpers/gateway.ts';
-import type { SimRequest } from '../../lib/simulated-router.ts';
+import type { SimRequest } from '../../lib/sim/index.ts';
 
 const FAST = 'google/gemini-2.5-flash';
 const DAILY = 0.001;

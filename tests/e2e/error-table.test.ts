@@ -10,7 +10,7 @@ import http from 'node:http';
 import t, { type Test } from 'tap';
 import { revokeKey } from '../../cli/keys.ts';
 import { displayPrefix, generateKey, hashKey, parseKey } from '../../lib/keys.ts';
-import type { SimRequest, SimulatedRouter } from '../../lib/simulated-router.ts';
+import type { SimRequest, SimulatedRouter } from '../../lib/sim/index.ts';
 import type { RequestRow } from '../../lib/store/store.ts';
 import { startHarness, type Harness } from '../helpers/gateway.ts';
 

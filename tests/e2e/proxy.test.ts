@@ -7,7 +7,7 @@
 import { once } from 'node:events';
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import t, { type Test } from 'tap';
-import type { SimRequest, SimulatedRouter } from '../../lib/simulated-router.ts';
+import type { SimRequest, SimulatedRouter } from '../../lib/sim/index.ts';
 import { startHarness, type Harness, type HarnessOptions } from '../helpers/gateway.ts';
 import { sse } from '../helpers/sse.ts';
 import { replay } from '../helpers/upstream.ts';

@@ -14,7 +14,7 @@ import type { Counters } from '../../lib/counters/counters.ts';
 import { MemoryCounters } from '../../lib/counters/memory.ts';
 import { createLogger } from '../../lib/log.ts';
 import { createGateway, type Gateway } from '../../lib/server.ts';
-import { startSimulatedRouter, type SimulatedRouter } from '../../lib/simulated-router.ts';
+import { startSimulatedRouter, type SimulatedRouter } from '../../lib/sim/index.ts';
 import { openStore } from '../../lib/store/open.ts';
 import type { RequestRow, Store } from '../../lib/store/store.ts';
 import { freshPostgresUrl } from './postgres.ts';

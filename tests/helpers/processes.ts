@@ -15,7 +15,7 @@ import { Redis } from 'ioredis';
 import type { Test } from 'tap';
 import { createKey } from '../../cli/keys.ts';
 import type { Config } from '../../lib/config.ts';
-import type { SimulatedRouter } from '../../lib/simulated-router.ts';
+import type { SimulatedRouter } from '../../lib/sim/index.ts';
 import { openStore } from '../../lib/store/open.ts';
 import type { Store } from '../../lib/store/store.ts';
 import { startSimWithConfig, UPSTREAM_KEYS } from './gateway.ts';

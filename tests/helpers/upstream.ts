@@ -6,7 +6,7 @@
 
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Test } from 'tap';
-import type { SimRequest, SimulatedRouter } from '../../lib/simulated-router.ts';
+import type { SimRequest, SimulatedRouter } from '../../lib/sim/index.ts';
 import type { AuditRow, Store } from '../../lib/store/store.ts';
 import { startHarness, UPSTREAM_KEYS, type Harness, type HarnessOptions } from './gateway.ts';
 

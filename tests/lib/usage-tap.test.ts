@@ -7,7 +7,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import t from 'tap';
 import type { Dialect } from '../../lib/errors.ts';
-import { startSimulatedRouter, type SimulatedRouter } from '../../lib/simulated-router.ts';
+import { startSimulatedRouter, type SimulatedRouter } from '../../lib/sim/index.ts';
 import { UsageTap, type Usage } from '../../lib/usage-tap.ts';
 
 /** mulberry32: a tiny seeded PRNG, so a failing cut set can be replayed. */

@@ -6,7 +6,7 @@
 import { once } from 'node:events';
 import { createParser } from 'eventsource-parser';
 import t from 'tap';
-import { SIM_CATALOG, SIM_TOOL_INPUT, startSimulatedRouter, type SimRequest, type SimulatedRouter } from '../../lib/simulated-router.ts';
+import { SIM_CATALOG, SIM_TOOL_INPUT, startSimulatedRouter, type SimRequest, type SimulatedRouter } from '../../lib/sim/index.ts';
 
 const PROVISIONING = 'sk-or-v1-provisioning-test';
 const SENTENCE = 'Hello from the simulated router.';
