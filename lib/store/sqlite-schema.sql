@@ -59,3 +59,9 @@ CREATE TABLE IF NOT EXISTS requests (
 ) STRICT;
 CREATE INDEX IF NOT EXISTS requests_profile_ts ON requests (profile, ts);
 CREATE INDEX IF NOT EXISTS requests_ts ON requests (ts);
+
+-- migration 2: upstream keys, usage snapshots, cost reconciliation
+SELECT 1; -- placeholder until ring 1 lands: replace, do not append
+
+-- migration 3: board rollups
+SELECT 1; -- placeholder until the board lands: replace, do not append
