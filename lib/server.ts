@@ -11,6 +11,7 @@ import type { Logger } from 'pino';
 import { createPlugins } from '../plugins/index.ts';
 import { countAuthFailure } from '../plugins/ip-block.ts';
 import { AutoRouter } from './auto.ts';
+import { createBoard } from './board/index.ts';
 import { Budget } from './budget.ts';
 import { Catalog } from './catalog.ts';
 import { clientIp, compileIpList } from './client-ip.ts';
@@ -114,6 +115,7 @@ export async function createGateway(opts: GatewayOptions) {
   }
   let inFlight = 0;
   let idle: (() => void) | undefined;
+  const board = createBoard({ deps, store, health, startedAt: started });
 
   /** Where a request goes: its path, its route (if any) and the dialect its errors are written in. */
   function locate(req: IncomingMessage) {
@@ -135,6 +137,8 @@ export async function createGateway(opts: GatewayOptions) {
       else res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(health()));
       return;
     }
+    const operator = req.method === 'GET' || req.method === 'HEAD' ? board.routes.get(path) : undefined;
+    if (operator) return operator(req, res);
     if (!def) return renderError(res, dialect, new GatewayError('not_found'));
     if (req.method !== def.method) {
       res.setHeader('allow', def.method);
@@ -225,6 +229,7 @@ export async function createGateway(opts: GatewayOptions) {
       server.closeAllConnections();
       await closed;
       proxy.close();
+      board.close();
       catalog.stop();
       await recorder.close();
     },
