@@ -1,104 +1,16 @@
-// Holds the simulated router to the wire facts of protocols.md §1–4 and §5.4 and to its x-sim
-// directives: every route, both dialects, the management API and the usage accounting. It talks
-// to a real sim on port 0 over fetch and reads streams with eventsource-parser; it must never
-// sleep: abrupt ends are observed through the sim's 'request' and 'closed' events.
+// Holds the simulated router's inference side to the wire facts of protocols.md §1-3 and §5.4 and
+// to its x-sim directives: every inference route, both dialects, the catalog, and close(). The
+// management side, generation lookups and faults have their own files beside this one. It talks
+// to a real sim on port 0 over fetch; it must never sleep: abrupt ends are observed through the
+// sim's 'request' and 'closed' events.
 
 import { once } from 'node:events';
-import { createParser } from 'eventsource-parser';
 import t from 'tap';
-import { SIM_CATALOG, SIM_TOOL_INPUT, startSimulatedRouter, type SimRequest, type SimulatedRouter } from '../../lib/sim/index.ts';
+import { SIM_CATALOG, SIM_TOOL_INPUT, startSimulatedRouter, type SimRequest } from '../../lib/sim/index.ts';
+import { GEN_ID, SENTENCE, call, chatBody, chunksOf, contentOf, dataOf, eventFor, expectedCost, messagesBody, namedEvents, readSse } from './client.ts';
 
-const PROVISIONING = 'sk-or-v1-provisioning-test';
-const SENTENCE = 'Hello from the simulated router.';
-const GEN_ID = /^gen-\d+-[A-Za-z0-9]+$/;
-
-const sim = await startSimulatedRouter({ provisioningKey: PROVISIONING });
+const sim = await startSimulatedRouter();
 t.teardown(() => sim.close());
-
-let seq = 0;
-
-interface Call {
-  key?: string | null;
-  sim?: string;
-  id?: string;
-  method?: string;
-  signal?: AbortSignal;
-  raw?: string;
-}
-
-/** A request to the sim; `id` marks it (x-test-id) so its events can be told apart. */
-function call(router: SimulatedRouter, path: string, body: unknown, c: Call = {}): Promise<Response> {
-  const headers: Record<string, string> = { 'content-type': 'application/json', 'x-test-id': c.id ?? `r${++seq}` };
-  if (c.key !== null) headers.authorization = `Bearer ${c.key ?? 'sk-or-v1-test-inference'}`;
-  if (c.sim !== undefined) headers['x-sim'] = c.sim;
-  const method = c.method ?? (body === undefined && c.raw === undefined ? 'GET' : 'POST');
-  return fetch(router.url + path, { method, headers, body: c.raw ?? (body === undefined ? undefined : JSON.stringify(body)), signal: c.signal });
-}
-
-const chatBody = (extra: Record<string, unknown> = {}, text = 'ping'): Record<string, unknown> => ({
-  model: 'google/gemini-2.5-flash',
-  messages: [{ role: 'user', content: text }],
-  ...extra,
-});
-const messagesBody = (extra: Record<string, unknown> = {}, text = 'ping'): Record<string, unknown> => ({
-  model: 'anthropic/claude-sonnet-4.5',
-  max_tokens: 256,
-  messages: [{ role: 'user', content: text }],
-  ...extra,
-});
-
-/** Waits for the sim event of the request marked `id` (register before triggering it). */
-function eventFor(router: SimulatedRouter, name: 'request' | 'closed', id: string): Promise<SimRequest> {
-  return new Promise((resolve) => {
-    const on = (r: SimRequest): void => {
-      if (r.headers['x-test-id'] !== id) return;
-      router.events.off(name, on);
-      resolve(r);
-    };
-    router.events.on(name, on);
-  });
-}
-
-type Item = { kind: 'comment'; text: string } | { kind: 'event'; event: string | undefined; data: string };
-interface Sse { items: Item[]; error: unknown }
-
-/** Reads an SSE body into comments and events; stops early once `until` holds, keeps a read error. */
-async function readSse(res: Response, until?: (items: Item[]) => boolean): Promise<Sse> {
-  const items: Item[] = [];
-  const parser = createParser({
-    onEvent: (e) => items.push({ kind: 'event', event: e.event, data: e.data }),
-    onComment: (c) => items.push({ kind: 'comment', text: c.trim() }),
-  });
-  const reader = res.body!.getReader();
-  const decoder = new TextDecoder();
-  let error: unknown;
-  try {
-    for (;;) {
-      if (until?.(items)) break;
-      const { done, value } = await reader.read();
-      if (done) break;
-      parser.feed(decoder.decode(value, { stream: true }));
-    }
-  } catch (err) {
-    error = err;
-  }
-  return { items, error };
-}
-
-const dataOf = (s: Sse): string[] => s.items.flatMap((i) => (i.kind === 'event' ? [i.data] : []));
-const chunksOf = (s: Sse): any[] => dataOf(s).filter((d) => d !== '[DONE]').map((d) => JSON.parse(d));
-const contentOf = (chunks: any[]): string => chunks.map((c) => c.choices?.[0]?.delta?.content ?? '').join('');
-const namedEvents = (s: Sse): Array<{ event: string | undefined; data: any }> =>
-  s.items.flatMap((i) => (i.kind === 'event' ? [{ event: i.event, data: JSON.parse(i.data) }] : []));
-
-function priceOf(model: string): { prompt: number; completion: number } {
-  const m = SIM_CATALOG.find((x) => x.id === model)!;
-  return { prompt: Number(m.pricing.prompt), completion: Number(m.pricing.completion) };
-}
-const expectedCost = (model: string, promptTokens: number, completionTokens: number): number => {
-  const p = priceOf(model);
-  return Math.round((promptTokens * p.prompt + completionTokens * p.completion) * 1e10) / 1e10;
-};
 
 t.test('the catalog lists full items with per-token string prices', async (t) => {
   const res = await call(sim, '/api/v1/models', undefined, { key: null });
@@ -477,113 +389,6 @@ t.test('received records requests unless record is false', async (t) => {
   await (await call(quiet, '/api/v1/messages?beta=true', messagesBody(), { id: 'q' })).json();
   t.equal((await requested).path, '/api/v1/messages?beta=true');
   t.same(quiet.received, []);
-});
-
-t.test('management API', async (t) => {
-  const admin = { key: PROVISIONING };
-  for (const c of [{ key: null }, { key: 'sk-or-v1-not-the-provisioning-key' }] as Call[]) {
-    for (const [method, path] of [['GET', '/api/v1/keys'], ['POST', '/api/v1/keys'], ['GET', '/api/v1/keys/abc'], ['PATCH', '/api/v1/keys/abc'], ['DELETE', '/api/v1/keys/abc']] as const) {
-      const res = await call(sim, path, method === 'POST' || method === 'PATCH' ? { name: 'x' } : undefined, { ...c, method });
-      t.equal(res.status, 401, `${method} ${path} without the provisioning key`);
-      t.match(await res.json(), { error: { code: 401, message: String } });
-    }
-  }
-
-  const created = await call(sim, '/api/v1/keys', { name: 'tenant-42', limit: 25, limit_reset: 'monthly' }, admin);
-  t.equal(created.status, 201);
-  const c = (await created.json()) as any;
-  t.match(c.key, /^sk-or-v1-[0-9a-f]{64}$/);
-  t.match(c.data, {
-    hash: /^[0-9a-f]{64}$/, name: 'tenant-42', label: /^sk-or-v1-.+\.\.\..+$/, disabled: false, limit: 25, limit_remaining: 25, limit_reset: 'monthly',
-    include_byok_in_limit: false, usage: 0, usage_daily: 0, usage_weekly: 0, usage_monthly: 0, byok_usage: 0, created_at: String, updated_at: null,
-  });
-  t.notOk(c.data.label.includes(c.key.slice(12, -3)), 'the label masks the secret');
-  const hash = c.data.hash;
-
-  t.equal((await call(sim, '/api/v1/keys', { limit: 1 }, admin)).status, 400, 'name is required');
-
-  const list = (await (await call(sim, '/api/v1/keys', undefined, admin)).json()) as any;
-  const listed = list.data.find((k: any) => k.hash === hash);
-  t.match(listed, { name: 'tenant-42' });
-  t.notOk(JSON.stringify(list).includes(c.key), 'the secret is never listed');
-
-  const got = (await (await call(sim, `/api/v1/keys/${hash}`, undefined, admin)).json()) as any;
-  t.same(got, { data: c.data });
-
-  const patched = await call(sim, `/api/v1/keys/${hash}`, { limit: 5, limit_reset: 'daily', name: 'renamed' }, { ...admin, method: 'PATCH' });
-  t.equal(patched.status, 200);
-  const p = (await patched.json()) as any;
-  t.match(p.data, { hash, name: 'renamed', limit: 5, limit_reset: 'daily', limit_remaining: 5, updated_at: String });
-  t.notOk('key' in p);
-
-  const disabled = (await (await call(sim, `/api/v1/keys/${hash}`, { disabled: true }, { ...admin, method: 'PATCH' })).json()) as any;
-  t.equal(disabled.data.disabled, true);
-  t.notOk(((await (await call(sim, '/api/v1/keys', undefined, admin)).json()) as any).data.some((k: any) => k.hash === hash), 'disabled keys are hidden by default');
-  t.ok(((await (await call(sim, '/api/v1/keys?include_disabled=true', undefined, admin)).json()) as any).data.some((k: any) => k.hash === hash));
-  const refused = await call(sim, '/api/v1/chat/completions', chatBody(), { key: c.key });
-  t.equal(refused.status, 401, 'a disabled key cannot run inference');
-
-  const del = await call(sim, `/api/v1/keys/${hash}`, undefined, { ...admin, method: 'DELETE' });
-  t.equal(del.status, 200);
-  t.same(await del.json(), { deleted: true });
-  const gone = await call(sim, `/api/v1/keys/${hash}`, undefined, admin);
-  t.equal(gone.status, 404);
-  t.match(await gone.json(), { error: { code: 404 } });
-  t.equal((await call(sim, '/api/v1/key', undefined, { key: c.key })).status, 401, 'a deleted key is unknown');
-
-  const closedSim = await startSimulatedRouter();
-  t.teardown(() => closedSim.close());
-  t.equal((await call(closedSim, '/api/v1/keys', undefined, admin)).status, 401, 'no provisioning key configured: always 401');
-});
-
-t.test('/api/v1/key accounts the cost served per key and 402s at the limit', async (t) => {
-  t.equal((await call(sim, '/api/v1/key', undefined, { key: null })).status, 401);
-
-  const stranger = (await (await call(sim, '/api/v1/key', undefined, { key: 'sk-or-v1-never-created' })).json()) as any;
-  t.match(stranger.data, { limit: null, limit_remaining: null, usage: 0, usage_daily: 0, is_management_key: false });
-
-  const c = (await (await call(sim, '/api/v1/keys', { name: 'budgeted', limit: 0.0001, limit_reset: 'daily' }, { key: PROVISIONING })).json()) as any;
-  const key = c.key as string;
-  const first = (await (await call(sim, '/api/v1/chat/completions', chatBody({ model: 'google/gemini-2.5-flash-lite' }), { key })).json()) as any;
-  const second = chunksOf(await readSse(await call(sim, '/api/v1/chat/completions', chatBody({ model: 'google/gemini-2.5-flash-lite', stream: true }), { key }))).at(-1);
-  const spent = Math.round((first.usage.cost + second.usage.cost) * 1e10) / 1e10;
-  t.ok(spent < 0.0001, 'still under the limit');
-
-  const readout = (await (await call(sim, '/api/v1/key', undefined, { key })).json()) as any;
-  t.match(readout.data, { label: c.data.label, limit: 0.0001, limit_reset: 'daily', usage: spent, usage_daily: spent, usage_weekly: spent, usage_monthly: spent });
-  t.ok(Math.abs(readout.data.limit_remaining - (0.0001 - spent)) < 1e-12);
-  t.equal(sim.usageByKey(key), spent);
-  const viaAdmin = (await (await call(sim, `/api/v1/keys/${c.data.hash}`, undefined, { key: PROVISIONING })).json()) as any;
-  t.equal(viaAdmin.data.usage_daily, spent);
-
-  // A large answer pushes the key over its limit; the next request is refused in each dialect.
-  const over = (await (await call(sim, '/api/v1/messages', messagesBody(), { key, sim: 'chunks=300' })).json()) as any;
-  t.ok(spent + over.usage.cost >= 0.0001);
-  const refusedChat = await call(sim, '/api/v1/chat/completions', chatBody(), { key });
-  t.equal(refusedChat.status, 402);
-  t.match(await refusedChat.json(), { error: { code: 402, message: /limit/i } });
-  const refusedMessages = await call(sim, '/api/v1/messages', messagesBody({ stream: true }), { key });
-  t.equal(refusedMessages.status, 402);
-  t.match(await refusedMessages.json(), { type: 'error', error: { type: 'billing_error', message: /limit/i } });
-  const after = (await (await call(sim, '/api/v1/key', undefined, { key })).json()) as any;
-  t.equal(after.data.limit_remaining, 0);
-
-  const mgmt = (await (await call(sim, '/api/v1/key', undefined, { key: PROVISIONING })).json()) as any;
-  t.equal(mgmt.data.is_management_key, true);
-});
-
-t.test('a daily limit resets at the next UTC day (settable clock)', async (t) => {
-  let now = Date.UTC(2026, 0, 5, 23, 0, 0); // a Monday
-  const clocked = await startSimulatedRouter({ provisioningKey: PROVISIONING, now: () => now });
-  t.teardown(() => clocked.close());
-  const c = (await (await call(clocked, '/api/v1/keys', { name: 'daily', limit: 0.00000001, limit_reset: 'daily' }, { key: PROVISIONING })).json()) as any;
-  const j = (await (await call(clocked, '/api/v1/chat/completions', chatBody(), { key: c.key })).json()) as any;
-  t.equal(j.created, Math.floor(now / 1000));
-  t.equal((await call(clocked, '/api/v1/chat/completions', chatBody(), { key: c.key })).status, 402);
-  now += 2 * 3600_000; // Tuesday, same week and month
-  const r = (await (await call(clocked, '/api/v1/key', undefined, { key: c.key })).json()) as any;
-  t.match(r.data, { usage: j.usage.cost, usage_daily: 0, usage_weekly: j.usage.cost, usage_monthly: j.usage.cost, limit_remaining: 0.00000001 });
-  t.equal((await call(clocked, '/api/v1/chat/completions', chatBody(), { key: c.key })).status, 200);
 });
 
 t.test('close() ends hung exchanges at once, and they do not count as caller aborts', async (t) => {

@@ -1,0 +1,39 @@
+// The entry of both inference routes: the bearer key and body checks, the key's refusals
+// (management key, deleted, disabled, expired, over its limit), the pre-response directives
+// (hang, delay-ms, status), then a Run with its generation id handed to the dialect. From the
+// moment a Run exists, the exchange's end settles it, so a caller that leaves is charged and
+// recorded for what it got.
+
+import { chatJson, chatStream } from './chat.ts';
+import { providerOf } from './catalog.ts';
+import { parseDirectives } from './directives.ts';
+import { BAD_JSON, BAD_JSON_MESSAGES, MISSING_AUTH, MISSING_AUTH_MESSAGES, retryHeaders, sendJson, simulatedErrorBody, type Dialect } from './errors.ts';
+import { bearerOf, pause, type Exchange } from './exchange.ts';
+import { keyRefusal } from './management.ts';
+import { messagesJson, messagesStream } from './messages.ts';
+import { baseOf, modelOf, newRun, settleEarlyEnd } from './run.ts';
+import type { SimState } from './state.ts';
+
+export async function inference(x: Exchange, state: SimState, dialect: Dialect): Promise<void> {
+  const { sim, res } = x;
+  const bearer = bearerOf(sim.headers);
+  if (bearer === undefined) return sendJson(res, 401, dialect === 'chat' ? MISSING_AUTH : MISSING_AUTH_MESSAGES);
+  const json = sim.json;
+  if (json === null || typeof json !== 'object' || Array.isArray(json)) return sendJson(res, 400, dialect === 'chat' ? BAD_JSON : BAD_JSON_MESSAGES);
+  const refusal = keyRefusal(state, bearer, dialect);
+  if (refusal !== undefined) return sendJson(res, refusal.status, refusal.body);
+
+  const d = parseDirectives(sim.headers['x-sim']);
+  if (d.hang) return; // never answer; 'closed' fires when the caller gives up
+  if (!(await pause(x, d.delayMs))) return;
+
+  const model = modelOf(json);
+  if (d.status !== 0) {
+    const provider = providerOf(baseOf(model), d.provider);
+    return sendJson(res, d.status, simulatedErrorBody(dialect, d.status, model, provider), retryHeaders(d.status));
+  }
+  const r = newRun(state, json, model, d, bearer, x.bodyBytes);
+  x.onEnd = () => settleEarlyEnd(r, sim.aborted);
+  if (dialect === 'chat') return r.streamed ? chatStream(x, r) : chatJson(x, r);
+  return r.streamed ? messagesStream(x, r) : messagesJson(x, r);
+}
