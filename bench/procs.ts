@@ -1,0 +1,234 @@
+// The processes of the stream and soak benchmarks: the simulated router, one `sluice serve` on the
+// embedded store and a forked load generator, each in its own process on the project's Node, with
+// /proc readings of a pid (RSS, open fds, CPU). Every child and temporary directory is registered
+// as it is created and removed on exit, on error and on a signal: nothing outlives the benchmark.
+
+import { fork, spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
+import { fileURLToPath } from 'node:url';
+
+export const ROOT = fileURLToPath(new URL('..', import.meta.url));
+export const UPSTREAM_KEY = `sk-or-v1-bench${randomBytes(25).toString('hex')}`;
+
+const children = new Set<ChildProcess>();
+const temps: string[] = [];
+
+export function log(msg: string): void {
+  process.stderr.write(`[bench] ${msg}\n`);
+}
+
+export function cleanup(): void {
+  for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+  children.clear();
+  for (const d of temps.splice(0)) rmSync(d, { recursive: true, force: true });
+}
+process.on('exit', cleanup);
+
+export function tempDir(tag: string): string {
+  const d = mkdtempSync(join(tmpdir(), `sluice-bench-${tag}-`));
+  temps.push(d);
+  return d;
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export interface Proc {
+  proc: ChildProcess;
+  pid: number;
+  origin: string;
+  /** The last 64 KB of stdout + stderr. */
+  output(): string;
+  /** Every stdout line that parsed as JSON (sluice's pino lines). */
+  lines: Array<Record<string, any>>;
+}
+
+function run(args: string[], env: NodeJS.ProcessEnv, nodeFlags: string[] = []): Omit<Proc, 'origin'> {
+  const proc = spawn(process.execPath, [...nodeFlags, ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  children.add(proc);
+  proc.once('exit', () => children.delete(proc));
+  let tail = '';
+  let rest = '';
+  const lines: Array<Record<string, any>> = [];
+  proc.stdout!.setEncoding('utf8').on('data', (c: string) => {
+    tail = (tail + c).slice(-65536);
+    const parts = (rest + c).split('\n');
+    rest = parts.pop()!;
+    for (const p of parts) {
+      try {
+        lines.push(JSON.parse(p));
+      } catch {
+        // not a log line
+      }
+    }
+  });
+  proc.stderr!.setEncoding('utf8').on('data', (c: string) => (tail = (tail + c).slice(-65536)));
+  return { proc, pid: proc.pid!, output: () => tail, lines };
+}
+
+async function waitFor(name: string, p: Omit<Proc, 'origin'>, ready: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (Date.now() < until) {
+    if (p.proc.exitCode !== null) throw new Error(`${name} exited (${p.proc.exitCode}) before it was ready:\n${p.output()}`);
+    if (await ready().catch(() => false)) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`${name} was not ready within ${timeoutMs} ms:\n${p.output()}`);
+}
+
+export async function startSim(): Promise<Proc> {
+  const port = await freePort();
+  const p = run(['cli/sluice.ts', 'simulate', '--listen', `127.0.0.1:${port}`], { ...process.env, SLUICE_LOG_LEVEL: 'warn' });
+  await waitFor('sim', p, async () => /listening on/.test(p.output()));
+  return { ...p, origin: `http://127.0.0.1:${port}` };
+}
+
+export interface Sluice extends Proc {
+  key: string;
+  dataDir: string;
+  /** SIGTERM (open streams finish, rows flushed); resolves with the exit code. */
+  stop(): Promise<number | null>;
+  /** Rows in its embedded store by `run` label (read after stop()). */
+  rowsByRun(): Map<string, number>;
+}
+
+/** One profile whose limits never bind, pointing at the sim; `sluice serve` on the embedded store. */
+export async function startSluice(sim: Proc, o: { nodeFlags?: string[]; env?: NodeJS.ProcessEnv; logLevel?: string } = {}): Promise<Sluice> {
+  const configDir = tempDir('config');
+  writeFileSync(join(configDir, 'profiles.yaml'), `# written by the benchmark: one profile whose limits never bind
+routers:
+  sim:
+    url: ${sim.origin}
+profiles:
+  benchmark:
+    default_tier: fast
+    router: sim
+    budget: { daily_usd: 1000000000, monthly_usd: 10000000000 }
+    rate_limits: { per_key_per_minute: 100000000, per_user_per_minute: 100000000 }
+`);
+  copyFileSync(join(ROOT, 'config/tiers.yaml'), join(configDir, 'tiers.yaml'));
+  const dataDir = tempDir('data');
+  const env: NodeJS.ProcessEnv = { ...process.env, ...o.env, SLUICE_DATA_DIR: dataDir, SLUICE_UPSTREAM_KEY_BENCHMARK: UPSTREAM_KEY, SLUICE_LOG_LEVEL: o.logLevel ?? 'warn' };
+  for (const k of ['SLUICE_DATABASE_URL', 'SLUICE_REDIS_URL', 'SLUICE_CONFIG_DIR']) delete env[k];
+  const mint = run(['cli/sluice.ts', 'keys', 'create', '--profile', 'benchmark', '--name', 'bench', '--config', configDir], env);
+  const [code] = await once(mint.proc, 'exit');
+  const key = mint.output().split('\n').find((l) => /^sluice_benchmark_[A-Za-z0-9]{32}$/.test(l));
+  if (code !== 0 || !key) throw new Error(`keys create failed (${code}):\n${mint.output()}`);
+  const port = await freePort();
+  const origin = `http://127.0.0.1:${port}`;
+  const p = run(['cli/sluice.ts', 'serve', '--config', configDir, '--listen', `127.0.0.1:${port}`], env, o.nodeFlags);
+  await waitFor('sluice', p, async () => (await fetch(`${origin}/health`)).ok);
+  return {
+    ...p, origin, key, dataDir,
+    async stop() {
+      if (p.proc.exitCode !== null) return p.proc.exitCode;
+      const exited = once(p.proc, 'exit');
+      p.proc.kill('SIGTERM');
+      const [c] = await exited;
+      return c as number | null;
+    },
+    rowsByRun() {
+      const db = new DatabaseSync(join(dataDir, 'sluice.db'), { readOnly: true });
+      try {
+        const rows = db.prepare('SELECT coalesce(run, \'\') AS run, count(*) AS n FROM requests GROUP BY run').all() as Array<{ run: string; n: number }>;
+        return new Map(rows.map((r) => [r.run, Number(r.n)]));
+      } finally {
+        db.close();
+      }
+    },
+  };
+}
+
+/** A forked load generator (bench/stream-load.ts) taking one job at a time over IPC. */
+export class Loader<Job extends { id?: number }, Result> {
+  private readonly proc: ChildProcess;
+  private next = 1;
+  private readonly waiting = new Map<number, { resolve: (r: Result) => void; reject: (e: Error) => void }>();
+  readonly ready: Promise<void>;
+
+  constructor(script = 'bench/stream-load.ts') {
+    this.proc = fork(join(ROOT, script), [], { cwd: ROOT, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    children.add(this.proc);
+    let ready!: () => void;
+    this.ready = new Promise((r) => (ready = r));
+    this.proc.on('message', (m: any) => {
+      if (m?.ready) return ready();
+      const w = this.waiting.get(m.id);
+      if (!w) return;
+      this.waiting.delete(m.id);
+      if (m.fatal) w.reject(new Error(`load generator: ${m.fatal}`));
+      else w.resolve(m as Result);
+    });
+    this.proc.once('exit', (code) => {
+      children.delete(this.proc);
+      for (const w of this.waiting.values()) w.reject(new Error(`load generator exited (${code})`));
+      this.waiting.clear();
+    });
+  }
+
+  run(job: Job): Promise<Result> {
+    const id = this.next++;
+    return new Promise((resolve, reject) => {
+      this.waiting.set(id, { resolve, reject });
+      this.proc.send({ ...job, id });
+    });
+  }
+
+  close(): void {
+    if (this.proc.connected) this.proc.disconnect();
+  }
+}
+
+/** Resident set size (VmRSS) of a process, MiB. */
+export function rssMiB(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return m ? Number(m[1]) / 1024 : NaN;
+}
+
+/** Open file descriptors of a process. */
+export function openFds(pid: number): number {
+  return readdirSync(`/proc/${pid}/fd`).length;
+}
+
+/** Samples f() every `everyMs` until stopped; gives the samples. */
+export function sampler(f: () => number, everyMs = 100): { stop(): number[] } {
+  const samples: number[] = [f()];
+  const timer = setInterval(() => {
+    try {
+      samples.push(f());
+    } catch {
+      // the process is gone
+    }
+  }, everyMs);
+  return {
+    stop() {
+      clearInterval(timer);
+      return samples;
+    },
+  };
+}
+
+/** Interrupts (Ctrl-C) end every process, then the benchmark. */
+export function onSignals(): void {
+  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+    process.once(sig, () => {
+      log(`${sig}: stopping every process`);
+      cleanup();
+      process.exit(130);
+    });
+  }
+}

@@ -1,0 +1,115 @@
+// `npm run bench -- --soak MINUTES`: mixed traffic (bench/soak-traffic.ts) at a fixed rate through
+// one `sluice serve` on the embedded store for MINUTES, each party in its own process. Samples
+// sluice's RSS and, through a preloaded probe (bench/soak-probe.ts: `--expose-gc`, SIGUSR2), its
+// heap after a full GC; reports their slopes (MB per hour, least squares after the first fifth),
+// open fds against the idle baseline, rows written against requests proxied, and every log line
+// at level error or above. Exit 1 for unexpected answers, lost rows or leftover fds.
+
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import type { MixedResult } from './soak-traffic.ts';
+import type { MixedJob } from './stream-load.ts';
+import { cleanup, Loader, log, onSignals, openFds, ROOT, rssMiB, startSim, startSluice, tempDir } from './procs.ts';
+
+/** Least-squares slope of y over x. */
+export function slope(points: Array<[number, number]>): number {
+  const n = points.length;
+  if (n < 2) return NaN;
+  let sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const [x, y] of points) {
+    sx += x; sy += y; sxx += x * x; sxy += x * y;
+  }
+  const d = n * sxx - sx * sx;
+  return d === 0 ? NaN : (n * sxy - sx * sy) / d;
+}
+
+function minutesArg(): number {
+  const i = process.argv.indexOf('--soak');
+  const v = Number(process.argv[i + 1]);
+  if (!(v > 0)) {
+    process.stderr.write(`--soak takes a number of minutes, got "${process.argv[i + 1] ?? ''}"\n`);
+    process.exit(2);
+  }
+  return v;
+}
+
+export async function main(): Promise<number> {
+  onSignals();
+  const minutes = minutesArg();
+  const rate = Number(process.env.BENCH_SOAK_RATE ?? 50);
+  const durationMs = minutes * 60_000;
+  const everyMs = Math.max(2000, Math.min(30_000, durationMs / 60));
+  const probeFile = join(tempDir('probe'), 'heap.jsonl');
+  const sim = await startSim();
+  const sluice = await startSluice(sim, {
+    nodeFlags: ['--expose-gc', '--import', pathToFileURL(join(ROOT, 'bench/soak-probe.ts')).href],
+    env: { BENCH_PROBE_FILE: probeFile },
+  });
+  const load = new Loader<MixedJob, MixedResult>();
+  await load.ready;
+  const fdBase = openFds(sluice.pid);
+  log(`soak: ${minutes} min at ${rate} req/s; sluice ${sluice.pid}, ${fdBase} fds idle; samples every ${everyMs / 1000} s`);
+
+  const t0 = Date.now();
+  const samples: Array<{ t: number; rss: number; fds: number }> = [];
+  const sample = () => {
+    samples.push({ t: Date.now() - t0, rss: rssMiB(sluice.pid), fds: openFds(sluice.pid) });
+    process.kill(sluice.pid, 'SIGUSR2');
+  };
+  const timer = setInterval(sample, everyMs);
+  const traffic = await load.run({ kind: 'mixed', origin: sluice.origin, key: sluice.key, badKey: `sluice_benchmark_${'x'.repeat(32)}`, rate, durationMs, run: 'soak' });
+  clearInterval(timer);
+  sample();
+  load.close();
+
+  // Idle again: every fd back to the baseline once the upstream's keep-alive sockets time out.
+  let fdEnd = openFds(sluice.pid);
+  const until = Date.now() + 20_000;
+  while (fdEnd > fdBase && Date.now() < until) {
+    await new Promise((r) => setTimeout(r, 250));
+    fdEnd = openFds(sluice.pid);
+  }
+  const heap = readFileSync(probeFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as { ts: number; heapUsed: number; rss: number });
+  const stopping = sluice.lines.length;
+  const code = await sluice.stop();
+  const rows = sluice.rowsByRun().get('soak') ?? 0;
+  const errors = sluice.lines.slice(0, stopping).filter((l) => l.level >= 50);
+  const atStop = sluice.lines.slice(stopping).filter((l) => l.level >= 50);
+
+  const skip = (n: number) => Math.floor(n / 5);
+  const rssPts = samples.slice(skip(samples.length)).map((s) => [s.t / 3.6e6, s.rss * 1.048576] as [number, number]);
+  const heapPts = heap.slice(skip(heap.length)).map((h) => [(h.ts - heap[0]!.ts) / 3.6e6, h.heapUsed / 1e6] as [number, number]);
+  const rssSlope = slope(rssPts);
+  const heapSlope = slope(heapPts);
+  const f1 = (n: number) => n.toFixed(1);
+  const ok = { answers: traffic.unexpected === 0, rows: rows === traffic.proxied, fds: fdEnd <= fdBase, errors: errors.length === 0, exit: code === 0 };
+  const mark = (b: boolean) => (b ? '✓' : '✗');
+  const out = [
+    `Node ${process.versions.node}; sim, sluice (embedded store) and the load generator each in its own process. ${minutes} min of mixed traffic at ${rate} req/s: ${Object.entries(traffic.byKind).map(([k, n]) => `${k} ${n}`).join(', ')}.`,
+    '',
+    '| measure | value | target |',
+    '|---|---:|---|',
+    `| requests sent / proxied (bad keys are not) | ${traffic.sent} / ${traffic.proxied} | — |`,
+    `| unexpected answers | ${traffic.unexpected} | 0 ${mark(ok.answers)} |`,
+    `| rows written | ${rows} | = proxied ${mark(ok.rows)} |`,
+    `| RSS: first → last sample, slope after the first fifth | ${f1(samples[0]!.rss)} → ${f1(samples.at(-1)!.rss)} MiB, ${f1(rssSlope)} MB/h | no upward trend |`,
+    `| heap after GC: first → last, slope after the first fifth | ${f1(heap[0]!.heapUsed / 1e6)} → ${f1(heap.at(-1)!.heapUsed / 1e6)} MB, ${f1(heapSlope)} MB/h | no upward trend |`,
+    `| open fds: idle before → during (max) → idle after | ${fdBase} → ${Math.max(...samples.map((s) => s.fds))} → ${fdEnd} | back to baseline ${mark(ok.fds)} |`,
+    `| log lines at level error or above during the traffic | ${errors.length}${errors.length ? ` (${[...new Set(errors.map((e) => e.msg))].join('; ')})` : ''} | 0 ${mark(ok.errors)} |`,
+    `| … at shutdown | ${atStop.length}${atStop.length ? ` (${[...new Set(atStop.map((e) => e.msg))].join('; ')})` : ''} | — |`,
+    `| exit code on SIGTERM | ${code} | 0 ${mark(ok.exit)} |`,
+  ];
+  if (traffic.examples.length) out.push('', `Unexpected answers, first ${traffic.examples.length}: ${traffic.examples.map((e) => `\`${e.replace(/`/g, "'")}\``).join('; ')}`);
+  process.stdout.write(`\n${out.join('\n')}\n`);
+  cleanup();
+  return ok.answers && ok.rows && ok.fds && ok.exit ? 0 : 1;
+}
+
+if (import.meta.main) {
+  main().then((code) => process.exit(code), (err: Error) => {
+    log(`failed: ${err.stack ?? err.message}`);
+    cleanup();
+    process.exit(1);
+  });
+}
