@@ -3,7 +3,9 @@
 // other's writes. Must never use a shared or fixed path: each test owns its directory.
 
 import t, { type Test } from 'tap';
+import { join } from 'node:path';
 import { openStore } from '../../lib/store/open.ts';
+import { openSqliteStore } from '../../lib/store/sqlite.ts';
 import type { Store } from '../../lib/store/store.ts';
 import { storeContract } from './store.contract.ts';
 
@@ -21,7 +23,34 @@ async function open(t: Test): Promise<Store> {
   return store;
 }
 
+// openStore runs SQLite in a worker thread (lib/store/sqlite-thread.ts); the same contract holds for
+// the store run in this thread, which is what that worker wraps.
 storeContract(t, open);
+t.test('in this thread', async (t) => {
+  storeContract(t, async (t) => {
+    let dir = dirs.get(t);
+    if (!dir) dirs.set(t, (dir = t.testdir()));
+    const store = openSqliteStore(join(dir, 'sluice.db'));
+    await store.migrate();
+    return store;
+  });
+});
+
+t.test('the worker thread: errors keep their kind, a closed store refuses calls', async (t) => {
+  const store = await open(t);
+  const key = { key_hash: 'd'.repeat(64), prefix: 'p', profile: 'team', name: 'n', ip_allow: '', created_at: '2025-03-01T10:00:00.000Z', expires_at: null };
+  await store.createKey(key);
+  await t.rejects(store.createKey({ ...key, key_hash: 'e'.repeat(64) }), { name: 'KeyConflictError' }, 'a conflict is still a KeyConflictError');
+  await t.rejects((store as unknown as { noSuchMethod(): Promise<void> }).noSuchMethod(), { name: 'TypeError', message: /no method noSuchMethod/ });
+  await store.close();
+  await store.close();
+  await t.rejects(store.listKeys(), /closed/, 'calls after close fail');
+});
+
+t.test('the worker thread: a file that cannot be opened fails every call', async (t) => {
+  const dir = t.testdir({ 'sluice.db': {} }); // a directory where the database file should be
+  await t.rejects(openStore({ dataDir: dir }), 'openStore refuses it');
+});
 
 t.test('two stores on one file see each other', async (t) => {
   const cli = await open(t);

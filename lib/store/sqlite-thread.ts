@@ -1,0 +1,80 @@
+// The embedded store as the gateway uses it: the SQLite Store (sqlite.ts) running in a worker
+// thread (sqlite-worker.ts), reached by messages. Each Store call becomes one message and one
+// reply, so nothing synchronous of SQLite's (a batch insert, a board query, a checkpoint's fsync)
+// ever stalls the event loop that streams responses. The worker keeps the process alive only
+// while a call is waiting. It never changes what a Store call means, only where it runs.
+
+import { Worker } from 'node:worker_threads';
+import type { Call, Reply } from './sqlite-worker.ts';
+import { KeyConflictError, type Store } from './store.ts';
+
+function toError(e: Extract<Reply, { ok: false }>['error']): Error {
+  // KeyConflictError is part of the Store's contract (keys create relies on it): rebuild it.
+  const err = e.name === 'KeyConflictError' ? new KeyConflictError('', '') : new Error();
+  err.message = e.message;
+  if (e.name !== 'KeyConflictError') err.name = e.name;
+  if (e.code !== undefined) (err as NodeJS.ErrnoException).code = e.code;
+  return err;
+}
+
+export function openSqliteThreadStore(file: string): Store {
+  const worker = new Worker(new URL('./sqlite-worker.ts', import.meta.url), { workerData: { file } });
+  worker.unref();
+  const waiting = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
+  let next = 0;
+  let dead: Error | undefined;
+
+  function settleAll(err: Error): void {
+    dead = err;
+    for (const w of waiting.values()) w.reject(err);
+    waiting.clear();
+    worker.unref();
+  }
+  worker.on('message', (r: Reply) => {
+    const w = waiting.get(r.id);
+    if (!w) return;
+    waiting.delete(r.id);
+    if (waiting.size === 0) worker.unref();
+    if (r.ok) w.resolve(r.value);
+    else w.reject(toError(r.error));
+  });
+  // Opening the file failed (or the worker crashed): every call, waiting or later, fails with it.
+  worker.on('error', (err) => settleAll(err));
+  worker.on('exit', () => settleAll(dead ?? new Error('the SQLite store is closed')));
+
+  function call(method: string, args: unknown[]): Promise<unknown> {
+    if (dead) return Promise.reject(dead);
+    return new Promise((resolve, reject) => {
+      const id = ++next;
+      if (waiting.size === 0) worker.ref();
+      waiting.set(id, { resolve, reject });
+      worker.postMessage({ id, method, args } satisfies Call);
+    });
+  }
+
+  let closing: Promise<void> | undefined;
+  const target = {
+    kind: 'sqlite' as const,
+    close(): Promise<void> {
+      // The worker closes its port after closing the file, and so ends on its own; a worker that
+      // does not end within a second is stopped.
+      closing ??= dead ? Promise.resolve() : new Promise<void>((resolve) => {
+        const timer = setTimeout(() => void worker.terminate(), 1000);
+        worker.once('exit', () => {
+          clearTimeout(timer);
+          resolve();
+        });
+        call('close', []).catch(() => {});
+      });
+      return closing;
+    },
+  };
+  // Every other Store method is forwarded by name: the interface has one shape on both sides.
+  return new Proxy(target, {
+    get(t, prop, receiver) {
+      if (prop in t || typeof prop === 'symbol') return Reflect.get(t, prop, receiver);
+      if (prop === 'then') return undefined; // not a thenable: `await openStore()` must return the store
+      return (...args: unknown[]) => call(prop, args);
+    },
+  }) as unknown as Store;
+}
