@@ -17,13 +17,13 @@ import { sanitize } from './sanitize.ts';
 
 export function createPlugins(deps: Deps, opts: { bodyTimeoutMs: number }): Plugin[] {
   return [
-    ipBlock(deps),                               // 1    too many auth failures from this address → 429
+    ipBlock(deps),                               // 1    an address seen blocked (20 auth failures in 10 min) → 429
     keyAuth(deps),                               // 2–5  key present, well-formed, known, not revoked or expired → else 401
     allowlist(deps),                             // 5    client address inside the key's allowlist → else 403
     profileCheck(deps),                          // 6    profile still configured (403), upstream key present (503)
-    rateLimit(deps, 'key'),                      // 7    requests per key per minute → 429
-    readBody({ timeoutMs: opts.bodyTimeoutMs }), //      the body, read and parsed once; end user and session
-    rateLimit(deps, 'end-user'),                 // 7    requests per (key, end user) per minute → 429
+    rateLimit(deps, 'key'),                      // 7    a key seen over its requests per minute → 429, body unread
+    readBody({ timeoutMs: opts.bodyTimeoutMs }), //      the body, read and scanned once; end user and session
+    rateLimit(deps, 'end-user'),                 // 1, 7 IP block, key and (key, end user) windows counted in one step → 429
     budget(deps),                                // 8    daily and monthly budget → degrade, or 429 at 100 %
     modelResolve(deps),                          //      aliases, sluice/auto, degradation, max_tokens cap, chat fallbacks
     sanitize(),                                  //      messages-dialect fields non-vendor models reject

@@ -2,8 +2,12 @@
 // Adaptive `thinking`, `context_management`, `output_config`, tools' `strict` and `defer_loading`
 // are dropped; `role: system` turns become user turns (role and content only) and consecutive user
 // turns merge, so a conversation that ended on a system turn ends on a user turn. Everything else passes untouched.
+// The checks read the scan's index (lib/request-body.ts): `tools` and `messages` are decoded only when they must change.
 
 import type { Plugin } from '../lib/context.ts';
+import { someEntryHas, someEntryWith } from '../lib/request-body.ts';
+
+const TOOL_FIELDS = ['strict', 'defer_loading'] as const;
 
 type Block = Record<string, unknown>;
 
@@ -29,10 +33,10 @@ export function sanitize(): Plugin {
           removed.push(field);
         }
       }
-      if (Array.isArray(body.tools)) {
+      if (someEntryHas(body, 'tools', TOOL_FIELDS)) {
         for (const tool of body.tools) {
           if (!tool || typeof tool !== 'object') continue;
-          for (const field of ['strict', 'defer_loading']) {
+          for (const field of TOOL_FIELDS) {
             if (field in tool) {
               delete tool[field];
               if (!removed.includes(`tools[].${field}`)) removed.push(`tools[].${field}`);
@@ -40,7 +44,7 @@ export function sanitize(): Plugin {
           }
         }
       }
-      if (Array.isArray(body.messages) && body.messages.some((m: any) => m?.role === 'system')) {
+      if (someEntryWith(body, 'messages', 'role', 'system')) {
         const out: Array<Record<string, any>> = [];
         for (const m of body.messages) {
           const msg = m?.role === 'system' ? { role: 'user', content: m.content } : m;

@@ -11,6 +11,20 @@ export interface Verdict {
   msLeft: number;
 }
 
+/** One window of a `check`: a peek (the IP block) or a consume of one point. */
+export interface Check {
+  bucket: string;
+  limit: number;
+  windowS: number;
+  blockS?: number;
+  peek?: boolean;
+}
+
+export interface CheckResult {
+  verdicts: Array<Verdict | undefined>;
+  values: Array<number | undefined>;
+}
+
 export interface Counters {
   readonly kind: 'memory' | 'redis';
   /** True while a shared backing is unreachable and this process counts on its own. */
@@ -22,6 +36,19 @@ export interface Counters {
   consume(bucket: string, limit: number, windowS: number, opts?: { points?: number; blockS?: number }): Promise<Verdict>;
   /** The state of a window without counting (count 0 when none). */
   peek(bucket: string, limit: number, windowS: number, opts?: { blockS?: number }): Promise<Verdict>;
+  /**
+   * Several windows in one step (on Redis one script, so one round trip): each check in order, a
+   * peek or a consume of one point. After the first refusal nothing more is counted: the later
+   * checks answer undefined. `reads` are plain counters read in the same step (as `get`).
+   */
+  check(checks: readonly Check[], reads?: readonly string[]): Promise<CheckResult>;
+  /**
+   * Whether this process saw the window refusing (count over `limit`; with `next`, at it, so the
+   * next point is refused) by consume, peek or check, and the window has not ended. No I/O. Exact
+   * when it answers true: a fixed window's count never falls before it ends; what another process
+   * counted shows only once this process reads the window.
+   */
+  refused(bucket: string, limit: number, windowS: number, opts?: { blockS?: number; next?: boolean }): boolean;
   /** Adds to an integer counter that expires `ttlS` after it was created; returns the new total. */
   incr(key: string, amount: number, ttlS: number): Promise<number>;
   /** The counter's value, or undefined when it does not exist. */

@@ -3,7 +3,8 @@
 // the Redis backing); plain counters live in a Map with lazy expiry and an unref'd sweep.
 
 import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
-import type { Counters, Verdict } from './counters.ts';
+import type { Check, CheckResult, Counters, Verdict } from './counters.ts';
+import { Refusals } from './refusals.ts';
 
 interface Entry { value: number | string; expiresAt: number }
 
@@ -13,6 +14,7 @@ export class MemoryCounters implements Counters {
   private readonly limiters = new Map<string, RateLimiterMemory>();
   private readonly entries = new Map<string, Entry>();
   private readonly sweep: NodeJS.Timeout;
+  private readonly refusals = new Refusals();
 
   constructor() {
     this.sweep = setInterval(() => {
@@ -29,11 +31,28 @@ export class MemoryCounters implements Counters {
   }
 
   async consume(bucket: string, limit: number, windowS: number, opts: { points?: number; blockS?: number } = {}): Promise<Verdict> {
-    return toVerdict(limit, this.limiter(limit, windowS, opts.blockS).consume(bucket, opts.points ?? 1));
+    const v = await toVerdict(limit, this.limiter(limit, windowS, opts.blockS).consume(bucket, opts.points ?? 1));
+    return this.refusals.note(Refusals.id(bucket, limit, windowS, opts.blockS), limit, v);
   }
 
   async peek(bucket: string, limit: number, windowS: number, opts: { blockS?: number } = {}): Promise<Verdict> {
-    return peekVerdict(limit, await this.limiter(limit, windowS, opts.blockS).get(bucket));
+    const v = peekVerdict(limit, await this.limiter(limit, windowS, opts.blockS).get(bucket));
+    return this.refusals.note(Refusals.id(bucket, limit, windowS, opts.blockS), limit, v);
+  }
+
+  async check(checks: readonly Check[], reads: readonly string[] = []): Promise<CheckResult> {
+    const verdicts: Array<Verdict | undefined> = [];
+    let open = true;
+    for (const c of checks) {
+      const v = !open ? undefined : c.peek ? await this.peek(c.bucket, c.limit, c.windowS, c) : await this.consume(c.bucket, c.limit, c.windowS, { blockS: c.blockS });
+      if (v && !v.allowed) open = false;
+      verdicts.push(v);
+    }
+    return { verdicts, values: await Promise.all(reads.map((k) => this.get(k))) };
+  }
+
+  refused(bucket: string, limit: number, windowS: number, opts: { blockS?: number; next?: boolean } = {}): boolean {
+    return this.refusals.refused(Refusals.id(bucket, limit, windowS, opts.blockS), limit, opts.next);
   }
 
   private live(key: string): Entry | undefined {

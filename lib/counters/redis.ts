@@ -7,10 +7,56 @@
 import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
-import type { Counters, Verdict } from './counters.ts';
+import type { Check, CheckResult, Counters, Verdict } from './counters.ts';
 import { MemoryCounters, peekVerdict, toVerdict } from './memory.ts';
+import { Refusals } from './refusals.ts';
 
 const DEFAULT_PREFIX = 'sluice:';
+
+/**
+ * `check` in one round trip. KEYS: the windows (rate-limiter-flexible's keys, so consume, peek
+ * and check count in the same windows), then the plain counters to read. ARGV: per window, 1 to
+ * peek or 0 to consume, its length in seconds and its limit. A consume is rate-limiter-flexible's
+ * own (a window starts with its first point); a peek reads count and ttl. After the first
+ * refusal nothing is counted. Returns count and ttl per window (-1, -1 for one not checked), then
+ * each counter's value ('' when missing).
+ */
+const CHECK_LUA = `
+local out = {}
+local open = true
+local windows = #ARGV / 3
+for i = 1, windows do
+  local key = KEYS[i]
+  local peek = ARGV[3 * i - 2] == '1'
+  local window = tonumber(ARGV[3 * i - 1])
+  local limit = tonumber(ARGV[3 * i])
+  if not open then
+    out[#out + 1] = -1
+    out[#out + 1] = -1
+  elseif peek then
+    local v = redis.call('get', key)
+    local count = v and tonumber(v) or 0
+    out[#out + 1] = count
+    out[#out + 1] = v and redis.call('pttl', key) or 0
+    if count > limit then open = false end
+  else
+    redis.call('set', key, 0, 'EX', window, 'NX')
+    local count = redis.call('incrby', key, 1)
+    local ttl = redis.call('pttl', key)
+    if ttl == -1 then
+      redis.call('expire', key, window)
+      ttl = 1000 * window
+    end
+    out[#out + 1] = count
+    out[#out + 1] = ttl
+    if count > limit then open = false end
+  end
+end
+for i = windows + 1, #KEYS do
+  out[#out + 1] = redis.call('get', KEYS[i]) or ''
+end
+return out
+`;
 
 export class RedisCounters implements Counters {
   readonly kind = 'redis' as const;
@@ -21,6 +67,7 @@ export class RedisCounters implements Counters {
   /** Namespace of every key this instance writes (tests give each run its own). */
   private readonly prefix: string;
   private down = false;
+  private readonly refusals = new Refusals();
 
   constructor(opts: { url: string; log: Logger; prefix?: string; commandTimeoutMs?: number }) {
     this.log = opts.log;
@@ -35,6 +82,7 @@ export class RedisCounters implements Counters {
       commandTimeout: opts.commandTimeoutMs ?? 1000,
       retryStrategy: (times) => Math.min(100 * times, 2000),
     });
+    this.client.defineCommand('sluiceCheck', { lua: CHECK_LUA });
     this.client.on('error', (err) => this.markDown(err.message));
     this.client.on('close', () => this.markDown('connection closed'));
     this.client.on('ready', () => this.markUp());
@@ -69,12 +117,48 @@ export class RedisCounters implements Counters {
     return l;
   }
 
-  consume(bucket: string, limit: number, windowS: number, opts: { points?: number; blockS?: number } = {}): Promise<Verdict> {
-    return toVerdict(limit, this.limiter(limit, windowS, opts.blockS).consume(bucket, opts.points ?? 1));
+  async consume(bucket: string, limit: number, windowS: number, opts: { points?: number; blockS?: number } = {}): Promise<Verdict> {
+    const v = await toVerdict(limit, this.limiter(limit, windowS, opts.blockS).consume(bucket, opts.points ?? 1));
+    return this.refusals.note(Refusals.id(bucket, limit, windowS, opts.blockS), limit, v);
   }
 
   async peek(bucket: string, limit: number, windowS: number, opts: { blockS?: number } = {}): Promise<Verdict> {
-    return peekVerdict(limit, await this.limiter(limit, windowS, opts.blockS).get(bucket));
+    const v = peekVerdict(limit, await this.limiter(limit, windowS, opts.blockS).get(bucket));
+    return this.refusals.note(Refusals.id(bucket, limit, windowS, opts.blockS), limit, v);
+  }
+
+  async check(checks: readonly Check[], reads: readonly string[] = []): Promise<CheckResult> {
+    const keys: string[] = [];
+    const args: Array<string | number> = [];
+    for (const c of checks) {
+      // A consume that crosses a block's threshold needs rate-limiter-flexible's second step: use consume().
+      if (!c.peek && c.blockS) throw new Error('check() consumes only windows without a block');
+      keys.push(`${this.limiter(c.limit, c.windowS, c.blockS).keyPrefix}:${c.bucket}`);
+      args.push(c.peek ? 1 : 0, c.windowS, c.limit);
+    }
+    for (const k of reads) keys.push(this.prefix + k);
+    const result = await this.either(async () => {
+      const raw = await (this.client as unknown as { sluiceCheck(n: number, ...a: Array<string | number>): Promise<Array<number | string>> })
+        .sluiceCheck(keys.length, ...keys, ...args);
+      const verdicts = checks.map((c, i): Verdict | undefined => {
+        const count = raw[2 * i] as number;
+        return count === -1 ? undefined : { allowed: count <= c.limit, count, msLeft: Math.max(0, raw[2 * i + 1] as number) };
+      });
+      const values = reads.map((_, i) => {
+        const v = raw[2 * checks.length + i];
+        return v === '' ? undefined : Number(v);
+      });
+      return { verdicts, values };
+    }, () => this.fallback.check(checks, reads));
+    checks.forEach((c, i) => {
+      const v = result.verdicts[i];
+      if (v) this.refusals.note(Refusals.id(c.bucket, c.limit, c.windowS, c.blockS), c.limit, v);
+    });
+    return result;
+  }
+
+  refused(bucket: string, limit: number, windowS: number, opts: { blockS?: number; next?: boolean } = {}): boolean {
+    return this.refusals.refused(Refusals.id(bucket, limit, windowS, opts.blockS), limit, opts.next) || this.fallback.refused(bucket, limit, windowS, opts);
   }
 
   /** Runs a Redis operation, or the in-memory one while Redis is away. */

@@ -251,4 +251,51 @@ export function countersContract(t: Test, backing: Backing): void {
     t.equal(await c.getText(text), undefined, 'setText ttl expired');
     t.equal(await c.incr(n, 4, 60), 4, 'an expired counter starts over');
   });
+
+  t.test('check: peeks and consumes in order; the first refusal stops the counting', async (t) => {
+    const c = await backing.open(t);
+    const ip = unique('check-ip');
+    const key = unique('check-key');
+    const user = unique('check-user');
+    const checks = [
+      { bucket: ip, limit: 1, windowS: 60, blockS: 60, peek: true },
+      { bucket: key, limit: 3, windowS: 60 },
+      { bucket: user, limit: 1, windowS: 60 },
+    ];
+    const spend = unique('check-spend');
+    await c.incr(spend, 42, 60);
+    const { verdicts: first, values } = await c.check(checks, [spend, unique('check-missing')]);
+    t.same(values, [42, undefined], 'plain counters read in the same step');
+    t.match(first, [{ allowed: true, count: 0 }, { allowed: true, count: 1 }, { allowed: true, count: 1 }]);
+    t.ok(first[1]!.msLeft > 59_000 && first[1]!.msLeft <= 60_000, 'the window runs from its first point');
+    const { verdicts: second } = await c.check(checks);
+    t.match(second, [{ allowed: true }, { allowed: true, count: 2 }, { allowed: false, count: 2 }], 'the user window refuses');
+    t.equal(c.refused(user, 1, 60), true, 'a refusal is remembered');
+    t.equal(c.refused(key, 3, 60), false, 'an allowance is not');
+    t.equal(c.refused(user, 1, 60, { next: true }), true, 'next: at the limit or over');
+    t.match(await c.consume(key, 3, 60), { count: 3 }, 'check and consume count in the same window');
+    t.equal(c.refused(key, 3, 60, { next: true }), true, 'a window at its limit refuses the next point');
+    const { verdicts: third } = await c.check(checks);
+    t.match(third, [{ allowed: true }, { allowed: false, count: 4 }, undefined], 'after the key refuses, the user is not counted');
+    t.match(await c.peek(user, 1, 60), { count: 2 });
+    // The address blocked (by consume, as auth failures count): the peek refuses and nothing is counted.
+    await c.consume(ip, 1, 60, { blockS: 60 });
+    await c.consume(ip, 1, 60, { blockS: 60 });
+    const { verdicts: blocked } = await c.check(checks);
+    t.match(blocked, [{ allowed: false }, undefined, undefined]);
+    t.equal(c.refused(ip, 1, 60, { blockS: 60 }), true);
+    t.match(await c.peek(key, 3, 60), { count: 4 }, 'the key was not counted while the address was blocked');
+    t.equal(c.refused(unique('never'), 1, 60), false);
+  });
+
+  t.test('refused ends with the window', async (t) => {
+    const c = await backing.open(t);
+    const b = unique('short');
+    await c.consume(b, 1, 1);
+    t.match(await c.consume(b, 1, 1), { allowed: false });
+    t.equal(c.refused(b, 1, 1), true);
+    t.equal(c.refused(b, 2, 1), false, 'another limit is another window');
+    await delay(1100);
+    t.equal(c.refused(b, 1, 1), false, 'the window ended');
+  });
 }

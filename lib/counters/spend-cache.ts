@@ -1,0 +1,135 @@
+// Budget spend counters as the request path sees them: reads served from what this process last
+// learned (a value read in the request's one counted step, see `observe`; else refreshed in the
+// background once older than `readTtlMs`, awaited only the first time), increments added up in
+// memory and sent together at the end of the event-loop turn, or every `flushMs` (on Redis, one
+// pipelined write for all of them), never on a request's path. What this process added counts at once in its own reads; what others add
+// shows once they flush (flushMs) and this process reads again.
+
+import type { Counters } from './counters.ts';
+
+interface Tally {
+  /** The backing's value at the last read or increment answer (undefined: the counter does not exist). */
+  value: number | undefined;
+  /** performance.now() of that answer. */
+  at: number;
+  /** Whether any answer came yet (until then a read is awaited). */
+  known: boolean;
+  /** Added here, not sent yet. */
+  pending: number;
+  /** Sent, not answered yet. */
+  flying: number;
+  ttlS: number;
+  reading?: Promise<void>;
+}
+
+export type SpendCounters = Pick<Counters, 'get' | 'incr' | 'seed'>;
+
+export class SpendCache implements SpendCounters {
+  private readonly counters: Counters;
+  private readonly tallies = new Map<string, Tally>();
+  private readonly readTtlMs: number;
+  private readonly flushMs: number;
+  private scheduled = false;
+  private flushing: Promise<void> = Promise.resolve();
+
+  constructor(counters: Counters, opts: { readTtlMs?: number; flushMs?: number } = {}) {
+    this.counters = counters;
+    this.readTtlMs = opts.readTtlMs ?? 250;
+    // 0: at the end of the event-loop turn. Another process must see this one's spend on its very
+    // next request (scale-out), and the increments of every response ending in the same turn still
+    // travel together, one INCRBY per counter.
+    this.flushMs = opts.flushMs ?? 0;
+  }
+
+  private tally(key: string): Tally {
+    let t = this.tallies.get(key);
+    if (!t) this.tallies.set(key, (t = { value: undefined, at: 0, known: false, pending: 0, flying: 0, ttlS: 0 }));
+    return t;
+  }
+
+  private total(t: Tally): number | undefined {
+    const local = t.pending + t.flying;
+    return t.value === undefined ? (local > 0 ? local : undefined) : t.value + local;
+  }
+
+  private read(key: string, t: Tally): Promise<void> {
+    t.reading ??= this.counters.get(key).then((v) => {
+      t.value = v;
+      t.at = performance.now();
+      t.known = true;
+    }).finally(() => (t.reading = undefined));
+    return t.reading;
+  }
+
+  async get(key: string): Promise<number | undefined> {
+    const t = this.tally(key);
+    if (!t.known) await this.read(key, t);
+    else if (performance.now() - t.at >= this.readTtlMs) this.read(key, t).catch(() => {}); // stale: answer now, refresh behind
+    return this.total(t);
+  }
+
+  /** A value read elsewhere, in the same round trip as other work (plugins/rate-limit.ts). */
+  observe(key: string, value: number | undefined): void {
+    const t = this.tally(key);
+    t.value = value;
+    t.at = performance.now();
+    t.known = true;
+  }
+
+  async seed(key: string, value: number, ttlS: number): Promise<number> {
+    const t = this.tally(key);
+    t.value = await this.counters.seed(key, value, ttlS);
+    t.at = performance.now();
+    t.known = true;
+    return this.total(t)!;
+  }
+
+  /** Counts `amount` here at once; the backing gets it with the next flush. */
+  async incr(key: string, amount: number, ttlS: number): Promise<number> {
+    const t = this.tally(key);
+    t.pending += amount;
+    t.ttlS = ttlS;
+    this.schedule();
+    return this.total(t)!;
+  }
+
+  private schedule(): void {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    const run = () => void this.flush();
+    if (this.flushMs > 0) setTimeout(run, this.flushMs).unref();
+    else setImmediate(run).unref();
+  }
+
+  /** Sends every pending increment (all in one tick: on Redis they travel in one pipelined write). */
+  flush(): Promise<void> {
+    this.scheduled = false;
+    const sends: Array<Promise<void>> = [];
+    for (const [key, t] of this.tallies) {
+      if (t.pending === 0) {
+        // A window nobody reads or adds to any more (yesterday's) is forgotten.
+        if (t.flying === 0 && !t.reading && t.known && performance.now() - t.at > 60_000) this.tallies.delete(key);
+        continue;
+      }
+      const amount = t.pending;
+      t.pending = 0;
+      t.flying += amount;
+      sends.push(this.counters.incr(key, amount, t.ttlS).then(
+        (total) => {
+          t.value = total;
+          t.at = performance.now();
+          t.known = true;
+          t.flying -= amount;
+        },
+        // Not counted: back to pending for the next flush (RedisCounters falls back to memory rather than fail).
+        () => {
+          t.flying -= amount;
+          t.pending += amount;
+          this.schedule();
+        },
+      ));
+    }
+    this.flushing = Promise.all([this.flushing, ...sends]).then(() => {});
+    return this.flushing;
+  }
+}

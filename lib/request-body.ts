@@ -1,0 +1,135 @@
+// The request body as plugins see it (`ctx.body`): a plain object with the body's top-level members,
+// built from one scan (lib/json-scan.ts) instead of a parse. Small members are decoded at once;
+// large ones (messages, tools, system) only when a plugin reads them. `encodeBody` gives the bytes
+// that go upstream: a body read from bytes is re-assembled from the original bytes of every member
+// no plugin touched, plus new text for the ones it changed; it never re-serialises the whole body.
+
+import { parseRange, splice, type Change, type Member, type Scan } from './json-scan.ts';
+
+/** Members up to this many bytes are decoded when the body is read; longer ones on first read. */
+const EAGER_BYTES = 512;
+
+/** What a body object was built from, kept beside it (plugins see only the object). */
+interface Origin {
+  raw: Buffer;
+  members: readonly Member[];
+  /** The member JSON.parse would keep for each key: the last one of that name. */
+  last: Map<string, Member>;
+  /** Values decoded from the bytes, by key: what the member held before any plugin ran. */
+  decoded: Map<string, unknown>;
+  /** Accessors still standing for the members not decoded yet. */
+  lazy: Map<string, () => unknown>;
+}
+
+const origins = new WeakMap<object, Origin>();
+
+function define(body: Record<string, unknown>, key: string, value: unknown): void {
+  // defineProperty, not assignment: a member named "__proto__" is an own property in JSON.parse's
+  // result, and must be one here too.
+  Object.defineProperty(body, key, { value, writable: true, enumerable: true, configurable: true });
+}
+
+/** The body object of a scanned root object (the scan must come from `raw`). */
+export function bodyFromScan(raw: Buffer, scan: Scan): Record<string, any> {
+  const body: Record<string, unknown> = {};
+  const last = new Map<string, Member>();
+  for (const m of scan.members) last.set(m.key, m);
+  const origin: Origin = { raw, members: scan.members, last, decoded: new Map(), lazy: new Map() };
+  // In order of first appearance (JSON.parse's key order), each with its last value.
+  for (const m of scan.members) {
+    if (Object.prototype.hasOwnProperty.call(body, m.key)) continue;
+    const member = last.get(m.key)!;
+    if (member.valueEnd - member.valueStart <= EAGER_BYTES) {
+      const value = parseRange(raw, member.valueStart, member.valueEnd);
+      origin.decoded.set(m.key, value);
+      define(body, m.key, value);
+      continue;
+    }
+    const get = () => {
+      const value = parseRange(raw, member.valueStart, member.valueEnd);
+      origin.decoded.set(m.key, value);
+      define(body, m.key, value);
+      return value;
+    };
+    origin.lazy.set(m.key, get);
+    Object.defineProperty(body, m.key, {
+      get,
+      set: (value: unknown) => define(body, m.key, value),
+      enumerable: true,
+      configurable: true,
+    });
+  }
+  origins.set(body, origin);
+  return body;
+}
+
+/** Whether the member `key` still holds exactly what the bytes say (never decoded, or an untouched scalar). */
+function untouched(body: Record<string, unknown>, origin: Origin, key: string): boolean {
+  const d = Object.getOwnPropertyDescriptor(body, key);
+  if (!d) return false;
+  if (d.get) return d.get === origin.lazy.get(key);
+  const v = d.value;
+  // A decoded object or array may have been changed in place: only scalars compare.
+  return origin.decoded.has(key) && (v === null || typeof v !== 'object') && Object.is(v, origin.decoded.get(key));
+}
+
+/**
+ * The bytes to send for a body a plugin changed. A scanned body keeps the original bytes of every
+ * member whose value is untouched; changed members get JSON.stringify of their new value; removed
+ * ones go (every duplicate of the name); new ones are appended. Any other object: JSON.stringify.
+ */
+export function encodeBody(body: Record<string, any>): Buffer {
+  const origin = origins.get(body);
+  if (!origin) return Buffer.from(JSON.stringify(body));
+  const { raw, last } = origin;
+  const change = (m: Member): Change => {
+    if (!Object.prototype.hasOwnProperty.call(body, m.key)) return { drop: true };
+    if (untouched(body, origin, m.key)) return { keep: true };
+    // Earlier duplicates are dead text (JSON.parse keeps the last): only the last carries the value.
+    if (last.get(m.key) !== m) return { drop: true };
+    const text = JSON.stringify(body[m.key]);
+    return text === undefined ? { drop: true } : { text };
+  };
+  const added: Array<[string, string]> = [];
+  for (const key of Object.keys(body)) {
+    if (last.has(key)) continue;
+    const text = JSON.stringify(body[key]);
+    if (text !== undefined) added.push([key, text]);
+  }
+  return splice(raw, origin.members, change, added);
+}
+
+/** The indexed entries of a top-level array member, when it is still the one scanned. */
+function scannedEntries(body: Record<string, any>, field: string) {
+  const origin = origins.get(body);
+  if (!origin || !untouched(body, origin, field)) return undefined;
+  return { origin, entries: origin.last.get(field)!.entries };
+}
+
+/**
+ * Whether some entry of the top-level array `field` is an object with one of `keys` as its own
+ * member. On a scanned body this reads the scan's index, not the array.
+ */
+export function someEntryHas(body: Record<string, any>, field: string, keys: readonly string[]): boolean {
+  const scanned = scannedEntries(body, field);
+  if (scanned) return scanned.entries?.some((e) => e.members?.some((m) => keys.includes(m.key))) ?? false;
+  const list = body[field];
+  return Array.isArray(list) && list.some((e) => e !== null && typeof e === 'object' && keys.some((k) => Object.prototype.hasOwnProperty.call(e, k)));
+}
+
+/**
+ * Whether some entry of the top-level array `field` is an object whose member `key` is the string
+ * `value`. On a scanned body only those members' values are decoded.
+ */
+export function someEntryWith(body: Record<string, any>, field: string, key: string, value: string): boolean {
+  const scanned = scannedEntries(body, field);
+  if (scanned) {
+    const raw = scanned.origin.raw;
+    return scanned.entries?.some((e) => {
+      const m = e.members?.findLast((x) => x.key === key);
+      return m !== undefined && raw[m.valueStart] === 0x22 && parseRange(raw, m.valueStart, m.valueEnd) === value;
+    }) ?? false;
+  }
+  const list = body[field];
+  return Array.isArray(list) && list.some((e) => e?.[key] === value);
+}

@@ -1,0 +1,244 @@
+// The JSON byte scanner and splicer (lib/json-scan.ts) and the body object built on them
+// (lib/request-body.ts): the scan accepts exactly what JSON.parse accepts (hand-picked edge cases,
+// then property tests over random JSON and random corruptions of it), locates the root members
+// and the indexed array entries where they are, measures depth; a spliced body parses to the same
+// value as the same changes applied to JSON.parse's result; an untouched body is not rebuilt.
+
+import fc from 'fast-check';
+import t from 'tap';
+import { parseRange, scanJson, splice } from '../../lib/json-scan.ts';
+import { bodyFromScan, encodeBody, someEntryHas, someEntryWith } from '../../lib/request-body.ts';
+
+const scan = (text: string | Buffer, maxDepth = 512, watch?: string[]) =>
+  scanJson(Buffer.isBuffer(text) ? text : Buffer.from(text), { maxDepth, watch: watch && new Set(watch) });
+
+function parses(text: string | Buffer): boolean {
+  try {
+    JSON.parse(Buffer.isBuffer(text) ? text.toString('utf8') : text);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** A body object from text, as read-body builds it. */
+function body(text: string, watch = ['messages', 'tools']) {
+  const raw = Buffer.from(text);
+  const s = scanJson(raw, { maxDepth: 512, watch: new Set(watch) })!;
+  return bodyFromScan(raw, s);
+}
+
+t.test('accepts and rejects what JSON.parse does: edge cases', async (t) => {
+  const cases = [
+    '{}', '[]', '0', '-0', '1.5e-3', '-1E+10', '"x"', 'true', 'false', 'null', ' \t\r\n{} \n', '{"a":[1,{"b":null}]}',
+    '"\\u00e9\\ud83d\\ude00"', '"\\ud800"', '"\\/\\b\\f\\n\\r\\t\\"\\\\"', '{"a":1,"a":2}', '"模型 😀"', '{"__proto__":1}',
+    '', ' ', '{', '}', '[1,]', '{"a":1,}', '{,}', '[,1]', '01', '-', '1.', '.5', '1e', '1e+', '+1', 'NaN', 'Infinity', 'tru', 'nul', 'falsey',
+    '"a', '"\\x"', '"\\u12"', '"\\u12G4"', '"a\tb"', '"a\nb"', '"\u0000"', '{"a" 1}', '{"a":}', '{1:2}', "{'a':1}", '[1 2]', '{"a":1 "b":2}',
+    '\uFEFF{}', '{}{}', '{} x', '[1]]', '[[1]', '{"a":{"b":1}', '"\u007f"', '"\u2028"', '\u00a0{}', '{"a":1}\u0000',
+  ];
+  // (U+2028 in a message would break the TAP line: shown escaped.)
+  for (const c of cases) t.equal(scan(c) !== undefined, parses(c), JSON.stringify(c).replace(/\u2028/g, '\\u2028'));
+  // Bytes that are not UTF-8: inside a string JSON.parse sees U+FFFD and accepts; outside, both refuse.
+  const bad = Buffer.from([0x22, 0xff, 0xc3, 0x22]);
+  t.equal(scan(bad) !== undefined, parses(bad), 'invalid UTF-8 inside a string');
+  const outside = Buffer.from([0x5b, 0xff, 0x5d]);
+  t.equal(scan(outside) !== undefined, parses(outside), 'invalid UTF-8 outside a string');
+});
+
+t.test('root kinds, members with their byte ranges, duplicates kept in order', async (t) => {
+  t.equal(scan('[1]')!.root, 'array');
+  t.equal(scan('"x"')!.root, 'scalar');
+  const text = ' { "model" : "x/y" ,"n":1, "o":{"a":[1,2]} ,"model":"z"} ';
+  const s = scan(text)!;
+  t.equal(s.root, 'object');
+  t.same(s.members.map((m) => m.key), ['model', 'n', 'o', 'model']);
+  t.same(s.members.map((m) => text.slice(m.valueStart, m.valueEnd)), ['"x/y"', '1', '{"a":[1,2]}', '"z"']);
+  t.same(s.members.map((m) => text[m.start]), ['"', '"', '"', '"'], 'a member starts at its key\'s quote');
+  const escaped = scan('{"m\\u006fdel":1,"é":2}')!;
+  t.same(escaped.members.map((m) => m.key), ['model', 'é'], 'keys are decoded');
+});
+
+t.test('depth: the root is level 1; deeper than maxDepth is flagged, not refused', async (t) => {
+  const at = (levels: number) => `{"a":${'['.repeat(levels - 1)}${']'.repeat(levels - 1)}}`;
+  t.equal(scan(at(5), 5)!.tooDeep, false);
+  t.equal(scan(at(6), 5)!.tooDeep, true);
+  t.equal(scan('{"a":1}', 1)!.tooDeep, false);
+  t.equal(scan(`[${'{"a":'.repeat(100_000)}1${'}'.repeat(100_000)}]`, 512)!.tooDeep, true, '100 000 levels, no stack overflow');
+  t.equal(scan(`[${'['.repeat(100_000)}`, 512), undefined, 'unclosed deep nesting is invalid');
+});
+
+t.test('watched arrays: entries and their members are indexed, nothing else', async (t) => {
+  const text = '{"messages":[{"role":"user","content":[{"role":"system"}]},"x",[1],{"role":"system","role":"user"},{}],"other":[{"role":"system"}]}';
+  const s = scan(text, 512, ['messages', 'other-not'])!;
+  const [messages, other] = s.members;
+  t.equal(other!.entries, undefined, 'an unwatched array has no index');
+  const entries = messages!.entries!;
+  t.equal(entries.length, 5);
+  t.same(entries.map((e) => text.slice(e.start, e.end)), ['{"role":"user","content":[{"role":"system"}]}', '"x"', '[1]', '{"role":"system","role":"user"}', '{}']);
+  t.same(entries.map((e) => e.members?.map((m) => m.key)), [['role', 'content'], undefined, undefined, ['role', 'role'], []]);
+  t.same(entries[0]!.members!.map((m) => text.slice(m.valueStart, m.valueEnd)), ['"user"', '[{"role":"system"}]']);
+  t.equal(scan('{"messages":{"role":"system"}}', 512, ['messages'])!.members[0]!.entries, undefined, 'a watched name holding no array');
+});
+
+t.test('parseRange decodes each kind of value', async (t) => {
+  const text = '["a\\"b",true,false,null,-1.5e2,{"x":[1]},"é"]';
+  const raw = Buffer.from(text);
+  const values = JSON.parse(text) as unknown[];
+  const s = scan(`{"v":${text}}`, 512, ['v'])!;
+  const inner = Buffer.from(`{"v":${text}}`);
+  t.same(s.members[0]!.entries!.map((e) => parseRange(inner, e.start, e.end)), values);
+  t.same(parseRange(raw, 0, raw.length), values);
+});
+
+t.test('splice: keep, drop, replace, append', async (t) => {
+  const raw = Buffer.from('{ "a":1, "b" : "keep  me", "c":[1, 2] }');
+  const s = scan(raw)!;
+  const out = splice(raw, s.members, (m) => (m.key === 'a' ? { text: '2' } : m.key === 'c' ? { drop: true } : { keep: true }), [['d', '{"e":null}']]);
+  t.equal(out.toString(), '{"a":2,"b" : "keep  me","d":{"e":null}}');
+  t.same(JSON.parse(splice(raw, s.members, () => ({ drop: true }), []).toString()), {});
+});
+
+t.test('the body object: small members decoded, large ones on first read, JSON.parse equal', async (t) => {
+  const big = 'x'.repeat(2000);
+  const text = JSON.stringify({ model: 'm', stream: true, n: -0, messages: [{ role: 'user', content: big }], system: big, __proto__x: 1 });
+  const b = body(text);
+  t.equal(b.model, 'm');
+  t.equal(Object.getOwnPropertyDescriptor(b, 'messages')!.get !== undefined, true, 'a large member is not decoded yet');
+  t.same(b, JSON.parse(text), 'deep-equal to JSON.parse');
+  t.same(Object.keys(b), Object.keys(JSON.parse(text)), 'the same key order');
+  const proto = body('{"__proto__":{"x":1},"model":"m"}');
+  t.same(Object.keys(proto), ['__proto__', 'model'], '__proto__ is an own member, as in JSON.parse');
+  t.equal(Object.getPrototypeOf(proto), Object.prototype);
+  const dup = body('{"a":1,"b":2,"a":3}');
+  t.same(Object.keys(dup), ['a', 'b']);
+  t.equal(dup.a, 3, 'the last duplicate wins');
+});
+
+t.test('encodeBody: untouched members keep their bytes; changes are spliced', async (t) => {
+  const big = JSON.stringify({ role: 'user', content: 'é "quoted" \\ '.repeat(100) });
+  const text = `{"model":"sluice/fast", "messages":[${big}], "max_tokens":99999,"a":1,"a":2,"meta":{"k":1}}`;
+  const b = body(text);
+  t.equal(encodeBody(b).toString(), text.replace(', "messages"', ',"messages"').replace(', "max_tokens"', ',"max_tokens"'), 'nothing changed: every member as it was');
+  b.model = 'google/gemini-2.5-flash';
+  b.max_tokens = 2048;
+  b.models = ['x/y'];
+  delete b.a;
+  b.meta.k = 2; // changed in place
+  const out = encodeBody(b);
+  t.ok(out.includes(Buffer.from(`"messages":[${big}]`)), 'the large member is copied byte for byte');
+  t.same(JSON.parse(out.toString()), { model: 'google/gemini-2.5-flash', messages: [JSON.parse(big)], max_tokens: 2048, meta: { k: 2 }, models: ['x/y'] });
+  const c = body('{"a":1,"a":2}');
+  c.a = 5;
+  t.same(JSON.parse(encodeBody(c).toString()), { a: 5 }, 'a changed duplicate: the last carries the value');
+  const u = body('{"a":1,"b":2}');
+  u.b = undefined;
+  u.c = () => 1;
+  t.same(JSON.parse(encodeBody(u).toString()), { a: 1 }, 'undefined and functions drop, as JSON.stringify drops them');
+  t.equal(encodeBody({ plain: true }).toString(), '{"plain":true}', 'a plain object is stringified');
+  const lazy = body(`{"messages":[${big}],"model":"m"}`);
+  t.equal(lazy.messages.length, 1, 'read (decoded) but not changed');
+  lazy.model = 'n';
+  t.same(JSON.parse(encodeBody(lazy).toString()), { messages: [JSON.parse(big)], model: 'n' });
+});
+
+t.test('someEntryHas / someEntryWith on scanned and plain bodies agree', async (t) => {
+  const pad = 'p'.repeat(600);
+  const texts = [
+    { tools: [{ name: 'a', strict: true, pad }], messages: [{ role: 'user', content: pad }, { role: 'system', content: 'x' }] },
+    { tools: [{ name: 'a', pad }, 'x', [{ strict: 1 }], null], messages: [{ role: 'user', content: [{ role: 'system' }], pad }, 'system', ['system']] },
+    { tools: [{ defer_loading: false }], messages: [{ role: 'system', role2: 1 }] },
+    { tools: { strict: true }, messages: 'system' },
+    { messages: [{ role: 'sys\u0074em', pad }] },
+    {},
+  ];
+  for (const o of texts) {
+    const text = JSON.stringify(o);
+    const scanned = body(text);
+    const plain = JSON.parse(text);
+    const has = someEntryHas(plain, 'tools', ['strict', 'defer_loading']);
+    const sys = someEntryWith(plain, 'messages', 'role', 'system');
+    t.equal(someEntryHas(scanned, 'tools', ['strict', 'defer_loading']), has, `tools: ${text.slice(0, 60)}`);
+    t.equal(someEntryWith(scanned, 'messages', 'role', 'system'), sys, `messages: ${text.slice(0, 60)}`);
+    t.equal(Object.getOwnPropertyDescriptor(scanned, 'messages')?.get !== undefined || text.length < 600, true, 'the check decoded nothing');
+  }
+  const dup = body(`{"messages":[{"role":"system","role":"user","pad":"${pad}"}]}`);
+  t.equal(someEntryWith(dup, 'messages', 'role', 'system'), false, 'the last duplicate key counts');
+  const replaced = body(`{"messages":[{"role":"user","pad":"${pad}"}]}`);
+  replaced.messages = [{ role: 'system' }];
+  t.equal(someEntryWith(replaced, 'messages', 'role', 'system'), true, 'a replaced member is read, not the stale index');
+});
+
+// ---- properties -----------------------------------------------------------------------------
+
+const key = fc.oneof(fc.constantFrom('model', 'messages', 'max_tokens', 'a', 'a', '__proto__', 'é', 'k"q', '1', ''), fc.string({ maxLength: 6 }));
+const rootObject = fc.dictionary(key, fc.jsonValue({ maxDepth: 4 }), { maxKeys: 8 });
+const formatted = fc.tuple(rootObject, fc.constantFrom(undefined, 1, '\t', ' \r\n '));
+
+type Op = { kind: 'set'; key: string; value: unknown } | { kind: 'delete'; key: string } | { kind: 'mutate'; key: string; value: unknown };
+const op: fc.Arbitrary<Op> = fc.oneof(
+  fc.record({ kind: fc.constant('set' as const), key, value: fc.jsonValue({ maxDepth: 3 }) }),
+  fc.record({ kind: fc.constant('delete' as const), key }),
+  fc.record({ kind: fc.constant('mutate' as const), key, value: fc.jsonValue({ maxDepth: 2 }) }),
+);
+
+function apply(target: Record<string, any>, ops: Op[]): void {
+  for (const o of ops) {
+    if (o.kind === 'delete') delete target[o.key];
+    else if (o.kind === 'set') Object.defineProperty(target, o.key, { value: structuredClone(o.value), writable: true, enumerable: true, configurable: true });
+    else {
+      const v = target[o.key];
+      if (v !== null && typeof v === 'object' && !Array.isArray(v)) v.mutated = structuredClone(o.value);
+      else if (Array.isArray(v)) v.push(structuredClone(o.value));
+    }
+  }
+}
+
+t.test('property: splicing changes gives what the changes give on JSON.parse', async (t) => {
+  fc.assert(fc.property(formatted, fc.array(op, { maxLength: 6 }), ([obj, space], ops) => {
+    const text = JSON.stringify(obj, null, space);
+    const expected = JSON.parse(text);
+    apply(expected, ops);
+    const b = body(text);
+    apply(b, ops);
+    const out = encodeBody(b);
+    t.same(JSON.parse(out.toString()), expected);
+    return true;
+  }), { numRuns: 400 });
+  t.pass('400 random bodies and changes');
+});
+
+t.test('property: an untouched body re-encodes to its members byte for byte', async (t) => {
+  fc.assert(fc.property(rootObject, (obj) => {
+    const text = JSON.stringify(obj);
+    const b = body(text);
+    const again = encodeBody(b).toString();
+    // Without duplicates (a JSON.stringify output has none), only whitespace could differ: there is none.
+    return again === text;
+  }), { numRuns: 300 });
+  t.pass();
+});
+
+t.test('property: the scan accepts exactly what JSON.parse accepts', async (t) => {
+  const json = fc.tuple(fc.jsonValue({ maxDepth: 4 }), fc.constantFrom(undefined, 2)).map(([v, s]) => JSON.stringify(v, null, s) ?? 'null');
+  // Corruptions: a byte replaced, inserted or removed anywhere, from an alphabet JSON cares about.
+  const alphabet = fc.constantFrom(...'{}[]":,\\ \t\n0123456789-+.eEtrufalsn\u0000\u001f\u00ff\u00e9ab/u'.split(''));
+  const corrupt = fc.tuple(json, fc.nat(), alphabet, fc.constantFrom('replace', 'insert', 'remove')).map(([text, at, ch, how]) => {
+    const i = text.length === 0 ? 0 : at % text.length;
+    return how === 'replace' ? text.slice(0, i) + ch + text.slice(i + 1) : how === 'insert' ? text.slice(0, i) + ch + text.slice(i) : text.slice(0, i) + text.slice(i + 1);
+  });
+  fc.assert(fc.property(fc.oneof(json, corrupt, fc.string({ maxLength: 12 })), (text) => (scan(text) !== undefined) === parses(text)), { numRuns: 3000 });
+  fc.assert(fc.property(fc.uint8Array({ maxLength: 16 }), (bytes) => {
+    const buf = Buffer.from(bytes);
+    return (scan(buf) !== undefined) === parses(buf);
+  }), { numRuns: 2000 });
+  t.pass();
+});
+
+t.test('property: depth agrees with a walk of the parsed value', async (t) => {
+  const depthOf = (v: unknown): number => (v !== null && typeof v === 'object' ? 1 + Math.max(0, ...Object.values(v).map(depthOf)) : 0);
+  fc.assert(fc.property(fc.jsonValue({ maxDepth: 8 }), fc.integer({ min: 1, max: 6 }), (v, max) => {
+    const s = scan(JSON.stringify(v) ?? 'null', max)!;
+    return s.tooDeep === depthOf(v) > max;
+  }), { numRuns: 500 });
+  t.pass();
+});

@@ -1,0 +1,96 @@
+// SpendCache (lib/counters/spend-cache.ts) over MemoryCounters wrapped to log every call: adds of
+// one event-loop turn reach the backing as one incr per counter, after the turn; reads are served
+// from the last value learned (observed, read or returned by an incr) plus what is still pending
+// or in flight; a stale value is refreshed behind the caller; a failed incr is retried.
+
+import { setImmediate as turn } from 'node:timers/promises';
+import t, { type Test } from 'tap';
+import type { Counters } from '../../lib/counters/counters.ts';
+import { MemoryCounters } from '../../lib/counters/memory.ts';
+import { SpendCache } from '../../lib/counters/spend-cache.ts';
+
+function logged(t: Test) {
+  const inner = new MemoryCounters();
+  t.teardown(() => inner.close());
+  const calls: string[] = [];
+  let failIncr = 0;
+  const counters = {
+    get: async (k: string) => (calls.push(`get ${k}`), inner.get(k)),
+    seed: async (k: string, v: number, ttl: number) => (calls.push(`seed ${k} ${v}`), inner.seed(k, v, ttl)),
+    incr: async (k: string, a: number, ttl: number) => {
+      calls.push(`incr ${k} ${a}`);
+      if (failIncr > 0) {
+        failIncr--;
+        throw new Error('down');
+      }
+      return inner.incr(k, a, ttl);
+    },
+  } as unknown as Counters;
+  return { inner, calls, counters, failNext: (n: number) => (failIncr = n) };
+}
+
+t.test('adds of one turn travel together, after the turn', async (t) => {
+  const { calls, counters, inner } = logged(t);
+  const c = new SpendCache(counters);
+  for (let i = 0; i < 5; i++) await c.incr('day', 10, 60);
+  await c.incr('month', 7, 60);
+  t.same(calls, [], 'nothing sent while the turn runs');
+  t.equal(await c.get('day'), 50, 'counted here at once');
+  await turn();
+  await c.flush();
+  t.same(calls.filter((x) => x.startsWith('incr')), ['incr day 50', 'incr month 7'], 'one incr per counter');
+  t.equal(await inner.get('day'), 50);
+  t.equal(await c.get('day'), 50, 'not counted twice once sent');
+});
+
+t.test('reads: the first awaited, then served; stale ones refreshed behind; observed values count', async (t) => {
+  const { calls, counters, inner } = logged(t);
+  const c = new SpendCache(counters, { readTtlMs: 30, flushMs: 5 });
+  await inner.incr('day', 100, 60);
+  t.equal(await c.get('day'), 100);
+  t.equal(await c.get('day'), 100);
+  t.equal(calls.length, 1, 'one read for both');
+  await inner.incr('day', 5, 60); // another process
+  c.observe('day', 105);
+  t.equal(await c.get('day'), 105, 'an observed value is used');
+  await inner.incr('day', 5, 60);
+  const deadline = Date.now() + 5000;
+  let seen = await c.get('day');
+  while (seen !== 110 && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 10));
+    seen = await c.get('day');
+  }
+  t.equal(seen, 110, 'a stale value is refreshed');
+  t.equal(await c.get('missing'), undefined, 'a missing counter stays missing');
+  t.equal(await c.seed('missing', 9, 60), 9);
+  await c.incr('missing', 1, 60);
+  t.equal(await c.get('missing'), 10);
+  const flushed = new Promise((r) => setTimeout(r, 20));
+  await flushed;
+  await c.flush();
+  t.equal(await inner.get('missing'), 10, 'flushed by its timer');
+});
+
+t.test('a failed incr goes back to pending and is sent again', async (t) => {
+  const { counters, inner, failNext } = logged(t);
+  const c = new SpendCache(counters);
+  failNext(1);
+  await c.incr('day', 3, 60);
+  await c.flush();
+  t.equal(await c.get('day'), 3, 'still counted here');
+  t.equal(await inner.get('day'), undefined, 'not in the backing yet');
+  await c.flush();
+  t.equal(await inner.get('day'), 3, 'sent on the next flush');
+});
+
+t.test('old windows are forgotten', async (t) => {
+  const { counters } = logged(t);
+  const c = new SpendCache(counters);
+  await c.get('yesterday');
+  const tallies = (c as unknown as { tallies: Map<string, { at: number }> }).tallies;
+  tallies.get('yesterday')!.at = performance.now() - 61_000;
+  await c.incr('today', 1, 60);
+  await c.flush();
+  t.notOk(tallies.has('yesterday'));
+  t.ok(tallies.has('today'));
+});
