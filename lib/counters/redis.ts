@@ -88,12 +88,15 @@ export class RedisCounters implements Counters {
     this.client.on('ready', () => this.markUp());
   }
 
+  private closing = false;
+
   /** Whether the last contact with Redis failed (shown in /health). */
   get degraded(): boolean {
     return this.down || this.client.status !== 'ready';
   }
 
   private markDown(reason: string): void {
+    if (this.closing) return; // our own disconnect at shutdown is not an outage
     if (!this.down) this.log.error({ err: reason }, 'Redis unreachable: counting in process memory until it returns');
     this.down = true;
   }
@@ -209,6 +212,7 @@ export class RedisCounters implements Counters {
   }
 
   async close(): Promise<void> {
+    this.closing = true;
     await this.fallback.close();
     this.client.disconnect();
   }

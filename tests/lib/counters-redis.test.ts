@@ -199,3 +199,20 @@ t.test('a command that times out marks degraded only until Redis answers again',
   t.equal(lines.filter((l) => JSON.parse(l).msg.startsWith('Redis unreachable')).length, 1, 'the loss is logged once');
   t.equal(lines.filter((l) => JSON.parse(l).msg.startsWith('Redis is back')).length, 1, 'and the return once');
 });
+
+t.test('closing the counters at shutdown is not logged as an outage', async (t) => {
+  const lines: string[] = [];
+  const sink = new Writable({
+    write(chunk, _enc, cb) {
+      lines.push(...String(chunk).split('\n').filter(Boolean));
+      cb();
+    },
+  });
+  const c = new RedisCounters({ url: REDIS_URL, prefix: redisNamespace(t), log: createLogger('info', sink) });
+  await whenReady(c.client, 5000);
+  t.equal(await c.incr(unique('spend'), 1, 60), 1);
+  const closed = new Promise((resolve) => c.client.once('end', resolve));
+  await c.close();
+  await closed;
+  t.same(lines.filter((l) => JSON.parse(l).level >= 50), [], 'no error-level line');
+});
