@@ -66,7 +66,88 @@ CREATE INDEX IF NOT EXISTS requests_profile_ts ON requests (profile, ts);
 CREATE INDEX IF NOT EXISTS requests_ts ON requests (ts);
 
 -- migration 2: upstream keys, usage snapshots, cost reconciliation
-SELECT 1; -- placeholder until ring 1 lands: replace, do not append
+CREATE TABLE IF NOT EXISTS upstream_keys (
+  profile     text PRIMARY KEY,
+  hash        text        NOT NULL,
+  name        text        NOT NULL,
+  label       text,
+  limit_usd   double precision,
+  limit_reset text,
+  created_at  timestamptz NOT NULL,
+  updated_at  timestamptz NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS usage_snapshots (
+  id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  profile         text             NOT NULL,
+  ts              timestamptz      NOT NULL,
+  day             text             NOT NULL,
+  label           text,
+  limit_usd       double precision,
+  limit_remaining double precision,
+  limit_reset     text,
+  usage           double precision NOT NULL,
+  usage_daily     double precision NOT NULL,
+  usage_weekly    double precision NOT NULL,
+  usage_monthly   double precision NOT NULL,
+  ledger_day_usd  double precision NOT NULL,
+  drift_usd       double precision NOT NULL,
+  drifted         boolean          NOT NULL
+);
+CREATE INDEX IF NOT EXISTS usage_snapshots_profile_ts ON usage_snapshots (profile, ts);
+
+-- Reconciliation state of a request row (pending = estimate + generation id + not abandoned).
+-- Constant defaults: Postgres adds these columns without rewriting a table full of 0.3.0 rows.
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS reconcile_attempts integer NOT NULL DEFAULT 0;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS reconcile_next_at timestamptz;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS reconcile_abandoned boolean NOT NULL DEFAULT false;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS reconciled_at timestamptz;
+CREATE INDEX IF NOT EXISTS requests_reconcile_pending ON requests (reconcile_next_at)
+  WHERE cost_source = 'estimate' AND generation_id IS NOT NULL AND NOT reconcile_abandoned;
+CREATE INDEX IF NOT EXISTS requests_reconciled ON requests (reconciled_at) WHERE reconciled_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS requests_reconcile_abandoned ON requests (ts) WHERE reconcile_abandoned;
 
 -- migration 3: board rollups
-SELECT 1; -- placeholder until the board lands: replace, do not append
+-- One row per (grain, dimension, bucket, key): sums of the requests (or audit rows) it covers.
+-- grain 'h' = UTC hour ('YYYY-MM-DDTHH'), 'd' = UTC day, 'a' = all time (bucket ''); lib/board/rollups.ts.
+CREATE TABLE IF NOT EXISTS board_rollup (
+  grain              text             COLLATE "C" NOT NULL,
+  dim                text             COLLATE "C" NOT NULL,
+  bucket             text             COLLATE "C" NOT NULL,
+  key                text             COLLATE "C" NOT NULL,
+  requests           bigint           NOT NULL,
+  errors             bigint           NOT NULL,
+  input_tokens       bigint           NOT NULL,
+  output_tokens      bigint           NOT NULL,
+  cache_read_tokens  bigint           NOT NULL,
+  cache_write_tokens bigint           NOT NULL,
+  reasoning_tokens   bigint           NOT NULL,
+  cost_usd           double precision NOT NULL,
+  first_ts           text             COLLATE "C" NOT NULL,
+  last_ts            text             COLLATE "C" NOT NULL,
+  note               text             NOT NULL,
+  PRIMARY KEY (grain, dim, bucket, key)
+);
+-- Log-scale latency histograms (metric o/t/d: overhead, ttfb, duration) of the same rows.
+CREATE TABLE IF NOT EXISTS board_hist (
+  grain  text    COLLATE "C" NOT NULL,
+  dim    text    COLLATE "C" NOT NULL,
+  bucket text    COLLATE "C" NOT NULL,
+  key    text    COLLATE "C" NOT NULL,
+  metric text    NOT NULL,
+  idx    integer NOT NULL,
+  n      bigint  NOT NULL,
+  PRIMARY KEY (grain, dim, bucket, key, metric, idx)
+);
+-- Backfill marks: rows present before this step (a 0.3.0 store) are rolled up at start-up, in
+-- slices ordered by (ts, id), from the cursor up to the mark taken here; later rows as written.
+CREATE TABLE IF NOT EXISTS board_state (
+  name  text PRIMARY KEY,
+  value text NOT NULL
+);
+INSERT INTO board_state (name, value)
+  SELECT 'requests_upto', COALESCE((SELECT json_build_array(ts, id)::text FROM requests ORDER BY ts DESC, id DESC LIMIT 1), '')
+  ON CONFLICT (name) DO NOTHING;
+INSERT INTO board_state (name, value) VALUES ('requests_cursor', '') ON CONFLICT (name) DO NOTHING;
+INSERT INTO board_state (name, value) SELECT 'audit_upto', COALESCE(MAX(id), 0)::text FROM auth_audit ON CONFLICT (name) DO NOTHING;
+INSERT INTO board_state (name, value) VALUES ('audit_cursor', '0') ON CONFLICT (name) DO NOTHING;

@@ -1,6 +1,7 @@
 // `sluice serve`: builds the gateway from configuration and environment (CONTRACT §2–3), listens,
 // and on SIGTERM or SIGINT stops accepting, lets open streams finish within a grace period,
-// flushes every row and exits 0. Start-up problems with the configuration exit 78.
+// flushes every row and exits 0; a second signal ends the grace period at once (rows still
+// flushed). Start-up problems with the configuration exit 78.
 
 import { resolve } from 'node:path';
 import { loadConfig } from '../lib/config.ts';
@@ -48,7 +49,12 @@ export async function serve(opts: { config: string; listen: string; env?: NodeJS
   process.on('unhandledRejection', (err) => log.error({ err: String(err) }, 'unhandled rejection'));
   let stopping = false;
   const stop = async (signal: string) => {
-    if (stopping) return;
+    if (stopping) {
+      // A second signal during the grace period: end the open streams now, but still flush every row.
+      log.warn({ signal }, 'second signal: ending open streams now; rows are still flushed');
+      gateway.hurry();
+      return;
+    }
     stopping = true;
     log.info({ signal }, 'shutting down: no new connections, open streams may finish');
     try {
@@ -63,6 +69,8 @@ export async function serve(opts: { config: string; listen: string; env?: NodeJS
     log.info({ rows_written: gateway.deps.recorder.written, rows_spooled: gateway.deps.recorder.pending }, 'stopped; every row written or spooled for the next start');
     process.exit(0);
   };
-  process.once('SIGTERM', () => void stop('SIGTERM'));
-  process.once('SIGINT', () => void stop('SIGINT'));
+  // `on`, not `once`: a second signal must reach stop() too (without a handler it would kill the
+  // process and lose the rows still queued).
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+  process.on('SIGINT', () => void stop('SIGINT'));
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
-// The `sluice` command: the gateway (`serve`), the admin tool on the server (`keys …`), the
-// simulated router (`simulate`) and client set-up (`setup --proxy`). Wiring only: each command's
-// work lives in its own module. Exit codes: 0 done, 1 failed, 2 bad usage, 78 bad configuration.
+// The `sluice` command: the gateway (`serve`), the admin tool on the server (`keys …`, and ring 1's
+// `upstream …` and `usage snapshot`), the simulated router (`simulate`) and client set-up
+// (`setup --proxy`). Wiring only: each command's work lives in its own module.
+// Exit codes: 0 done, 1 failed, 2 bad usage, 78 bad configuration.
 // Nothing here prints a secret except `keys create`, which prints the new key once on stdout.
 
 import { resolve } from 'node:path';
@@ -27,6 +28,9 @@ async function withStore<T>(fn: (store: Store) => Promise<T>): Promise<T> {
     await store.close();
   }
 }
+
+/** What the ring-1 commands print through and open the store with (cli/upstream.ts). */
+const io = { env, withStore, out: (s: string) => void process.stdout.write(s), err: (s: string) => void process.stderr.write(s) };
 
 const cli = yargs(hideBin(process.argv))
   .scriptName('sluice')
@@ -75,6 +79,39 @@ const cli = yargs(hideBin(process.argv))
       process.stderr.write(`revoked ${prefix}; running servers refuse it within 60 s\n`);
     })
     .demandCommand(1, 'name a keys command: create, list or revoke'))
+  // ring 1: each profile's upstream key at its router, and the usage readouts (cli/upstream.ts)
+  .command('upstream', "manage each profile's upstream key at its router", (y) => y
+    .command('provision', 'create the missing upstream keys, limit = daily budget; secrets go only to --env-out', (k) => k
+      .option('only', { type: 'string', describe: 'only this profile' })
+      .option('env-out', { type: 'string', describe: 'env file to write SLUICE_UPSTREAM_KEY_<PROFILE>= lines into (mode 0600); required' })
+      .option('config', configOpt),
+    async (a) => {
+      const { upstreamProvision } = await import('./upstream.ts');
+      await upstreamProvision(config(a.config), { only: a.only, envOut: a['env-out'] }, io);
+    })
+    .command('sync', "set each upstream key's limit to its profile's daily budget (secret unchanged)", (k) => k
+      .option('only', { type: 'string', describe: 'only this profile' })
+      .option('config', configOpt),
+    async (a) => {
+      const { upstreamSync } = await import('./upstream.ts');
+      await upstreamSync(config(a.config), { only: a.only }, io);
+    })
+    .command('list', "each profile's upstream key: label, limit, usage, remaining", (k) => k
+      .option('json', { type: 'boolean', default: false })
+      .option('config', configOpt),
+    async (a) => {
+      const { upstreamList } = await import('./upstream.ts');
+      await upstreamList(config(a.config), { json: a.json }, io);
+    })
+    .demandCommand(1, 'name an upstream command: provision, sync or list'))
+  .command('usage', 'usage readouts from the router', (y) => y
+    .command('snapshot', "store each profile's GET /api/v1/key readout beside the ledger, and print it", (k) => k
+      .option('config', configOpt),
+    async (a) => {
+      const { usageSnapshot } = await import('./upstream.ts');
+      await usageSnapshot(config(a.config), io);
+    })
+    .demandCommand(1, 'name a usage command: snapshot'))
   .command('simulate', 'run the simulated router (for tests, benchmarks and demos)', (y) => y
     .option('listen', { type: 'string', default: '127.0.0.1:9090' })
     .option('provisioning-key', { type: 'string', describe: 'the management key its /api/v1/keys API accepts (default: SLUICE_PROVISIONING_KEY)' }),

@@ -2,9 +2,11 @@
 // degradation"). Spend lives in Counters as integer micro-USD, one counter per profile per UTC
 // day and per UTC month, seeded from the store when missing (restarts, new instances) and
 // reconciled with it periodically. The clock is injected so tests cross midnights and month ends.
+// Reads and adds go through SpendCache: no spend round trip on a request's path, adds batched.
 
 import type { Profile } from './config.ts';
 import type { Counters } from './counters/counters.ts';
+import { SpendCache, type SpendCounters } from './counters/spend-cache.ts';
 import type { Degradation, Store } from './store/store.ts';
 
 const DAY_TTL_S = 2 * 86_400;
@@ -50,12 +52,13 @@ export function degradationFor(percent: number): Degradation | 'blocked' {
 }
 
 export class Budget {
-  private readonly counters: Counters;
+  /** Spend reads from memory (refreshed behind), increments batched off the request path. */
+  private readonly counters: SpendCounters & Pick<SpendCache, 'flush' | 'observe'>;
   private readonly store: Store;
   private readonly now: () => number;
 
-  constructor(opts: { counters: Counters; store: Store; now: () => number }) {
-    this.counters = opts.counters;
+  constructor(opts: { counters: Counters; store: Store; now: () => number; readTtlMs?: number; flushMs?: number }) {
+    this.counters = new SpendCache(opts.counters, { readTtlMs: opts.readTtlMs, flushMs: opts.flushMs });
     this.store = opts.store;
     this.now = opts.now;
   }
@@ -92,7 +95,7 @@ export class Budget {
   private async seed(key: string, profile: string, since: number, ttlS: number): Promise<number> {
     let stored: number;
     try {
-      stored = micro(await this.store.spendSince(profile, new Date(since).toISOString()));
+      stored = micro(await this.store.rollupSpendSince(profile, new Date(since).toISOString())); // board: from the daily rollups
     } catch {
       return 0;
     }
@@ -135,6 +138,47 @@ export class Budget {
     await Promise.all([this.counters.incr(k.dayKey, amount, DAY_TTL_S), this.counters.incr(k.monthKey, amount, MONTH_TTL_S)]);
   }
 
+  // ring 1: cost reconciliation
+  /**
+   * Prepares the correction of spend already counted at `at` (a row whose estimate the router's
+   * figure is about to replace). Call it BEFORE the row changes in the store, and apply the result
+   * only if this process changed the row: the counters to touch are the windows of `at` that are
+   * still current and exist now. A counter missing now is seeded later from the store, which then
+   * holds the new cost, so adding the difference to it would count it twice; and one that exists
+   * now cannot be seeded again, so the difference is counted exactly once. The difference is taken
+   * in whole micro-USD, as add() counted the row (Σ micro(cost) stays the counter's value).
+   */
+  async correction(profile: string, at: number): Promise<(oldUsd: number, newUsd: number) => Promise<void>> {
+    const now = windows(this.now());
+    const then = windows(at);
+    const targets: Array<[string, number]> = [];
+    if (then.day === now.day) targets.push([`spend:day:${profile}:${now.day}`, DAY_TTL_S]);
+    if (then.month === now.month) targets.push([`spend:month:${profile}:${now.month}`, MONTH_TTL_S]);
+    const live: Array<[string, number]> = [];
+    for (const [key, ttl] of targets) if ((await this.counters.get(key)) !== undefined) live.push([key, ttl]);
+    return async (oldUsd, newUsd) => {
+      const amount = micro(newUsd) - micro(oldUsd);
+      if (amount !== 0) await Promise.all(live.map(([key, ttl]) => this.counters.incr(key, amount, ttl)));
+    };
+  }
+  // end ring 1
+
+  /** The profile's spend counters now (day, month): read with the request's other counters in one step. */
+  spendKeys(profile: string): [string, string] {
+    const k = this.keys(profile, this.now());
+    return [k.dayKey, k.monthKey];
+  }
+
+  /** Spend read by that step (undefined: the counter is missing, and state() seeds it). */
+  observe(key: string, value: number | undefined): void {
+    this.counters.observe(key, value);
+  }
+
+  /** Sends the increments still held in memory (at shutdown; otherwise at the end of each event-loop turn). */
+  flush(): Promise<void> {
+    return this.counters.flush();
+  }
+
   /** Raises the counters to the store's sums where they fell behind (a counter lost or reset). */
   async reconcile(profiles: Iterable<string>): Promise<void> {
     const now = this.now();
@@ -142,8 +186,8 @@ export class Budget {
       const { w, dayKey, monthKey } = this.keys(profile, now);
       const { day, month } = await this.spend(profile, now);
       const [storeDay, storeMonth] = await Promise.all([
-        this.store.spendSince(profile, new Date(w.dayStart).toISOString()),
-        this.store.spendSince(profile, new Date(w.monthStart).toISOString()),
+        this.store.rollupSpendSince(profile, new Date(w.dayStart).toISOString()), // board: from the daily rollups
+        this.store.rollupSpendSince(profile, new Date(w.monthStart).toISOString()),
       ]);
       if (micro(storeDay) > day) await this.counters.incr(dayKey, micro(storeDay) - day, DAY_TTL_S);
       if (micro(storeMonth) > month) await this.counters.incr(monthKey, micro(storeMonth) - month, MONTH_TTL_S);

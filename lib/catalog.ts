@@ -4,6 +4,7 @@
 
 import type { Logger } from 'pino';
 import type { Router } from './config.ts';
+import { Loop, type Timers } from './upstream/loop.ts';
 
 export interface Prices {
   /** USD per token. */
@@ -44,7 +45,7 @@ export class Catalog {
   private readonly routers: Router[];
   private readonly log: Logger;
   private readonly timeoutMs: number;
-  private timer?: NodeJS.Timeout;
+  private loop?: Loop;
   /** ISO time of the last successful refresh per router (shown in /health). */
   readonly refreshedAt = new Map<string, string>();
 
@@ -70,14 +71,19 @@ export class Catalog {
     }));
   }
 
-  /** Loads once, then refreshes every `everyMs` (hourly by default) in the background. */
-  async start(everyMs = 3_600_000): Promise<void> {
+  /**
+   * Loads once, then refreshes every `everyMs` (hourly by default) in the background, on the
+   * scheduler shape every loop that talks to the router shares (lib/upstream/loop.ts): unref'd,
+   * never two refreshes at once. refresh() logs its own failures, per router, and never throws.
+   */
+  async start(everyMs = 3_600_000, timers?: Timers): Promise<void> {
     await this.refresh();
-    this.timer = setInterval(() => void this.refresh(), everyMs).unref();
+    this.loop = new Loop({ name: 'model catalog refresh', log: this.log, everyMs, run: () => this.refresh(), timers });
+    this.loop.start();
   }
 
   stop(): void {
-    clearInterval(this.timer);
+    void this.loop?.stop();
   }
 
   maxCompletion(router: string, model: string): number | null {

@@ -31,6 +31,7 @@ export const CATALOGUE = {
   upstream_unreachable: { status: 502, messagesType: 'api_error', chatType: 'api_error', message: 'The upstream router could not be reached.' },
   upstream_timeout: { status: 504, messagesType: 'api_error', chatType: 'api_error', message: 'The upstream router did not answer in time.' },
   upstream_stream_failed: { status: 502, messagesType: 'api_error', chatType: 'api_error', message: 'The upstream stream failed before it completed.' },
+  shutting_down: { status: 503, messagesType: 'api_error', chatType: 'api_error', message: 'The gateway is shutting down; retry the request.', headers: { 'retry-after': '1' } },
   store_unavailable: { status: 503, messagesType: 'api_error', chatType: 'api_error', message: 'The gateway cannot verify keys right now. Try again shortly.', headers: { 'retry-after': '5' } },
   internal: { status: 500, messagesType: 'api_error', chatType: 'api_error', message: 'Internal gateway error.' },
 } satisfies Record<string, Spec>;

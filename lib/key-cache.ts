@@ -25,6 +25,11 @@ export class KeyCache {
     this.onTouchError = opts.onTouchError;
   }
 
+  /** Hashes held (known keys and unknown ones), for the board's health section. */
+  get size(): number {
+    return this.entries.size;
+  }
+
   /** The key for this hash, or null when the store has none. Throws only when the store fails. */
   async lookup(hash: string): Promise<AuthedKey | null> {
     const now = this.now();

@@ -13,6 +13,7 @@ import { rowCost, tierPrices, withSlash } from './catalog.ts';
 import type { Ctx } from './context.ts';
 import type { Deps } from './deps.ts';
 import { GatewayError, renderError, streamErrorEvent } from './errors.ts';
+import { encodeBody } from './request-body.ts';
 import type { Outcome, RequestRow } from './store/store.ts';
 import { UsageTap, usageOf } from './usage-tap.ts';
 
@@ -29,10 +30,15 @@ const STRIP_REQUEST = new Set([
 const STRIP_RESPONSE = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'trailer']);
 
 export function createProxy(deps: Pick<Deps, 'log' | 'config' | 'catalog' | 'now'> & { record: (row: RequestRow) => void; upstreamTimeoutMs: number }) {
-  const agents = {
-    'http:': new http.Agent({ keepAlive: true, maxSockets: 512, keepAliveMsecs: 10_000 }),
-    'https:': new https.Agent({ keepAlive: true, maxSockets: 512, keepAliveMsecs: 10_000 }),
-  };
+  // No cap on upstream sockets: one per open client request, so concurrency is bounded where the
+  // clients are (the front proxy, LimitNOFILE). A cap here would queue whole streams behind others
+  // (a stream waiting for a socket is a stall of its whole length); idle sockets are reused LIFO.
+  // An idle socket is closed after 30 s (or the router's own `keep-alive: timeout=` hint, if
+  // shorter): no fd is held for a burst that is over, and fewer reuses race the router's close.
+  const agentOptions = { keepAlive: true, keepAliveMsecs: 10_000, timeout: 30_000 };
+  const agents = { 'http:': new http.Agent(agentOptions), 'https:': new https.Agent(agentOptions) };
+  /** Exchanges between forward() and their row: what a shutdown must end (interrupt()). */
+  const open = new Set<Exchange>();
   const proxy = new ProxyServer({ selfHandleResponse: true, changeOrigin: true, ignorePath: true, proxyTimeout: deps.upstreamTimeoutMs });
   // Precomputed per router and route: the hot path joins no URLs except for a query string.
   const targets = new Map<string, URL>();
@@ -48,6 +54,7 @@ export function createProxy(deps: Pick<Deps, 'log' | 'config' | 'catalog' | 'now
     if (!ex) return;
     ex.sentAt = performance.now();
     ex.reusedSocket = proxyReq.reusedSocket;
+    ex.upstreamReq = proxyReq;
     proxyReq.on('timeout', () => (ex.timedOut = true));
   });
   proxy.on('proxyRes', (proxyRes, req) => {
@@ -66,6 +73,9 @@ export function createProxy(deps: Pick<Deps, 'log' | 'config' | 'catalog' | 'now
     ttfb: number | null = null;
     tap?: UsageTap;
     done = false;
+    upstreamReq?: http.ClientRequest;
+    /** The response is an SSE stream (set once the upstream's headers arrived). */
+    isStream = false;
 
     constructor(ctx: Ctx) {
       this.ctx = ctx;
@@ -84,7 +94,7 @@ export function createProxy(deps: Pick<Deps, 'log' | 'config' | 'catalog' | 'now
       headers['x-sluice-degradation'] = ctx.degradation;
       headers['x-sluice-request-id'] = ctx.id;
       headers['server-timing'] = `sluice;dur=${(this.sentAt - ctx.t0).toFixed(2)}`;
-      const isStream = String(proxyRes.headers['content-type'] ?? '').includes('text/event-stream');
+      const isStream = (this.isStream = String(proxyRes.headers['content-type'] ?? '').includes('text/event-stream'));
       const tap = (this.tap = new UsageTap(ctx.dialect, isStream));
       if (res.destroyed) return; // the client left while the headers were on their way
       res.writeHead(this.status, headers);
@@ -92,6 +102,7 @@ export function createProxy(deps: Pick<Deps, 'log' | 'config' | 'catalog' | 'now
 
       proxyRes.on('data', (chunk: Buffer) => {
         tap.write(chunk);
+        if (res.writableEnded) return; // ended by a shutdown's interrupt(): a write now would be an error
         if (!res.write(chunk)) proxyRes.pause();
       });
       res.on('drain', () => proxyRes.resume());
@@ -101,20 +112,26 @@ export function createProxy(deps: Pick<Deps, 'log' | 'config' | 'catalog' | 'now
       });
       proxyRes.on('close', () => {
         if (proxyRes.complete || this.done) return;
-        // The upstream failed or went silent after the response began: one error event, then the end.
-        if (!res.destroyed && !res.writableEnded) {
-          if (isStream) res.end(streamErrorEvent(ctx.dialect, this.timedOut ? 'upstream_timeout' : 'upstream_stream_failed'));
-          else res.destroy();
-        }
-        this.finish('upstream_error');
+        this.failMidResponse();
       });
       proxyRes.on('error', () => {}); // 'close' above handles it; an unhandled 'error' would crash the process
+    }
+
+    /** The upstream failed or went silent after the response began: one error event (a stream) or a cut (JSON), then the row. */
+    failMidResponse(): void {
+      const res = this.ctx.res;
+      if (!res.destroyed && !res.writableEnded) {
+        if (this.isStream) res.end(streamErrorEvent(this.ctx.dialect, this.timedOut ? 'upstream_timeout' : 'upstream_stream_failed'));
+        else res.destroy();
+      }
+      this.finish('upstream_error');
     }
 
     /** Writes the row exactly once, whatever ended the exchange. */
     finish(outcome: Outcome): void {
       if (this.done) return;
       this.done = true;
+      open.delete(this);
       const { ctx } = this;
       // No tap: the exchange ended before any response (a client gone first, an upstream down).
       const u = this.tap?.finish() ?? usageOf(ctx.dialect, undefined);
@@ -157,11 +174,13 @@ export function createProxy(deps: Pick<Deps, 'log' | 'config' | 'catalog' | 'now
       const { req, res } = ctx;
       const ex = new Exchange(ctx);
       ctxOf.set(req, ex);
+      open.add(ex);
       // A client that leaves first: record what was seen (http-proxy-3 aborts the upstream request).
       res.on('close', () => {
         if (!res.writableFinished) ex.finish('client_disconnect');
       });
-      const body = ctx.changed ? Buffer.from(JSON.stringify(ctx.body)) : ctx.raw!;
+      // Untouched: the bytes as received. Changed: only the changed members are re-serialised.
+      const body = ctx.changed ? encodeBody(ctx.body!) : ctx.raw!;
       // One filtered copy instead of a delete per header (deletes push the object into slow mode).
       const kept: typeof req.headers = {};
       for (const h in req.headers) if (!STRIP_REQUEST.has(h)) kept[h] = req.headers[h];
@@ -186,15 +205,17 @@ export function createProxy(deps: Pick<Deps, 'log' | 'config' | 'catalog' | 'now
         },
       };
       const onError = (err: NodeJS.ErrnoException): void => {
-        if (ex.done || res.headersSent) {
-          ex.finish('upstream_error');
-          return;
-        }
+        if (ex.done) return;
+        // A reset after the response began reaches here before the response's 'close' does: the
+        // client must still get its error event, not a stream left open.
+        if (res.headersSent) return ex.failMidResponse();
         // A kept-alive socket the upstream closed just as we reused it: nothing reached it, and the
         // body is in memory, so one retry on a fresh socket is safe (Node's documented remedy).
+        // Fresh for sure: an upstream that dropped one idle socket (a restart, an idle reaper) has
+        // usually dropped the whole idle pool, and the pool would hand out the next stale one.
         if (ex.reusedSocket && !ex.retried && !ex.timedOut && err.code === 'ECONNRESET' && !res.destroyed) {
           ex.retried = true;
-          proxy.web(req, res, options, onError);
+          proxy.web(req, res, { ...options, agent: false }, onError);
           return;
         }
         const code = ex.timedOut ? 'upstream_timeout' : 'upstream_unreachable';
@@ -205,6 +226,37 @@ export function createProxy(deps: Pick<Deps, 'log' | 'config' | 'catalog' | 'now
         ex.finish('upstream_error');
       };
       proxy.web(req, res, options, onError);
+    },
+    /** Exchanges still open (their rows not yet made). */
+    get open(): number {
+      return open.size;
+    },
+    /**
+     * Ends every open exchange now (the shutdown's grace is over): a stream that began gets one
+     * error event of its dialect and its end, a response not yet begun a 503 in the dialect; the
+     * upstream request is aborted and the row is made (outcome gateway_error).
+     */
+    interrupt(): void {
+      for (const ex of [...open]) {
+        const { res, dialect } = ex.ctx;
+        if (!res.headersSent) renderError(res, dialect, new GatewayError('shutting_down'));
+        else if (!res.writableEnded && !res.destroyed) {
+          if (ex.isStream) res.end(streamErrorEvent(dialect, 'shutting_down'));
+          else res.destroy();
+        }
+        ex.finish('gateway_error');
+        ex.upstreamReq?.destroy();
+      }
+    },
+    /** Upstream sockets in use and idle in the keep-alive pool (leak checks, /health). */
+    sockets(): { active: number; idle: number } {
+      let active = 0;
+      let idle = 0;
+      for (const a of Object.values(agents)) {
+        for (const list of Object.values(a.sockets)) active += list?.length ?? 0;
+        for (const list of Object.values(a.freeSockets)) idle += list?.length ?? 0;
+      }
+      return { active, idle };
     },
     close(): void {
       proxy.close();

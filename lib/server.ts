@@ -12,6 +12,8 @@ import { createPlugins } from '../plugins/index.ts';
 import { countAuthFailure } from '../plugins/ip-block.ts';
 import { AutoRouter } from './auto.ts';
 import { createBoard } from './board/index.ts';
+import { retentionDays, startMaintenance } from './board/retention.ts'; // board: rollups upkeep
+import { createMetrics } from './board/metrics.ts';
 import { Budget } from './budget.ts';
 import { Catalog } from './catalog.ts';
 import { clientIp, compileIpList } from './client-ip.ts';
@@ -23,6 +25,7 @@ import { GatewayError, renderError, type Dialect } from './errors.ts';
 import { KeyCache } from './key-cache.ts';
 import { createProxy } from './proxy.ts';
 import { Recorder } from './recorder.ts';
+import { createUpstreamLoops } from './upstream/index.ts'; // ring 1
 import type { RequestRow, Store } from './store/store.ts';
 
 export const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
@@ -68,15 +71,22 @@ export async function createGateway(opts: GatewayOptions) {
     else log.warn({ profile: name, variable: upstreamKeyVar(name) }, 'no upstream key for this profile: its requests will answer 503');
   }
   const trustedProxies = compileIpList((env.SLUICE_TRUSTED_PROXIES ?? '127.0.0.1/8,::1').split(','));
+  const retention = retentionDays(env); // board: SLUICE_REQUEST_RETENTION_DAYS, checked before anything starts
   const catalog = new Catalog({ routers: config.routers.values(), log });
   if (opts.loadCatalog !== false) await catalog.start();
   const recorder = new Recorder({ store, log, dataDir: opts.dataDir });
   recorder.start();
   const budget = new Budget({ counters, store, now });
+  // ring 1: usage refresh and cost reconciliation, off the request path (lib/upstream/index.ts)
+  const upstream = createUpstreamLoops({ config, store, budget, log, env, now, upstreamKeys });
+  await upstream.start();
+  // board: the Prometheus metrics, fed by record(), authFailure() and the error renderer below
+  const metrics = createMetrics({ config, budget, store, recorder, counters, inFlight: () => inFlight, version: VERSION });
 
   /** Every row goes through here: queued for the store, and its cost added to the profile's spend. */
   function record(row: RequestRow): void {
     recorder.add(row);
+    metrics.row(row);
     budget.add(row.profile, row.cost_usd, Date.parse(row.ts)).catch((err) => log.error({ err: err.message }, 'budget spend could not be counted'));
   }
 
@@ -85,6 +95,7 @@ export async function createGateway(opts: GatewayOptions) {
     keyCache: new KeyCache({ store, now, ttlMs: opts.keyCacheTtlMs, onTouchError: (err) => log.warn({ err: (err as Error).message }, 'last_used_at update failed') }),
     auto: new AutoRouter({ auto: config.auto, counters, catalog, log, record, now }),
     async authFailure(ctx, outcome, prefix) {
+      metrics.authFailure(outcome);
       log.info({ req: ctx.id, ip: ctx.ip, prefix, outcome }, 'auth failure');
       store.insertAudit([{ ts: new Date(now()).toISOString(), ip: ctx.ip, prefix, outcome }])
         .catch((err) => log.error({ err: err.message }, 'auth audit row could not be written'));
@@ -111,11 +122,17 @@ export async function createGateway(opts: GatewayOptions) {
       counters: { kind: counters.kind, degraded: counters.degraded },
       catalog: Object.fromEntries([...config.routers.keys()].map((r) => [r, { refreshed_at: catalog.refreshedAt.get(r) ?? null }])),
       in_flight: inFlight,
+      ...upstream.health(), // ring 1: reconcile counts, last usage snapshot per profile
     };
   }
   let inFlight = 0;
   let idle: (() => void) | undefined;
-  const board = createBoard({ deps, store, health, startedAt: started });
+  /** Resolved by hurry(): a second signal ends the shutdown's grace period at once. */
+  let hurry!: () => void;
+  const hurried = new Promise<void>((resolve) => (hurry = resolve));
+  // board: rollup backfill (a 0.3.0 store) and raw-row retention, in the background
+  const maintenance = startMaintenance({ store, log, now, retentionDays: retention });
+  const board = createBoard({ deps, store, health, startedAt: started, metrics, maintenance, version: VERSION, env });
 
   /** Where a request goes: its path, its route (if any) and the dialect its errors are written in. */
   function locate(req: IncomingMessage) {
@@ -123,7 +140,7 @@ export async function createGateway(opts: GatewayOptions) {
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
     const def = routes.get(path);
-    return { path, hasQuery: q !== -1, def, dialect: def?.dialect ?? guessDialect(req, path) };
+    return { path, hasQuery: q !== -1, def, dialect: def?.dialect ?? guessDialect(req, path), ctx: undefined as Ctx | undefined };
   }
 
   async function handle(req: IncomingMessage, res: ServerResponse, where: ReturnType<typeof locate>): Promise<void> {
@@ -151,6 +168,7 @@ export async function createGateway(opts: GatewayOptions) {
       changed: false, stream: false, endUser: null, session: null, run: typeof run === 'string' ? run.slice(0, 128) : null,
       requestedModel: null, tier: null, model: null, degradation: 'none', removed: [],
     };
+    where.ctx = ctx; // the metrics of a refusal name its profile
     for (const plugin of def.chain) {
       const pending = plugin.run(ctx);
       if (pending) await pending; // only asynchronous plugins cost a tick
@@ -160,6 +178,7 @@ export async function createGateway(opts: GatewayOptions) {
       return;
     }
     if (ctx.removed.length > 0) log.info({ req: ctx.id, prefix: ctx.key!.row.prefix, removed: ctx.removed }, 'sanitized request');
+    if (ctx.stream) metrics.trackStream(res);
     proxy.forward(ctx);
   }
 
@@ -172,6 +191,7 @@ export async function createGateway(opts: GatewayOptions) {
     handle(req, res, where).catch((err) => {
       const { dialect } = where;
       if (err instanceof GatewayError) {
+        metrics.refusal(where.def?.route, where.ctx?.profile?.name, err.code);
         renderError(res, dialect, err);
         // A refused body may still be arriving: close the connection rather than read it on.
         if (err.code === 'request_too_large' || err.code === 'body_timeout') res.once('finish', () => lingeringClose(req));
@@ -180,6 +200,7 @@ export async function createGateway(opts: GatewayOptions) {
         log.debug({ err: (err as Error).message }, 'client closed before its request body was complete');
       } else {
         log.error({ err: (err as Error).message, stack: (err as Error).stack }, 'request failed inside the gateway');
+        metrics.refusal(where.def?.route, where.ctx?.profile?.name, 'internal');
         renderError(res, dialect, new GatewayError('internal'));
       }
     });
@@ -203,6 +224,12 @@ export async function createGateway(opts: GatewayOptions) {
   return {
     server,
     deps,
+    /** Ring 1's loops (usage refresh, cost reconciliation): tests drive them with runOnce(). */
+    upstream,
+    /** Ends a close()'s grace period now (a second SIGTERM or SIGINT); rows are still flushed. */
+    hurry: () => hurry(),
+    /** Upstream sockets in use and idle (leak checks). */
+    upstreamSockets: () => proxy.sockets(),
     async listen(host: string, port: number): Promise<AddressInfo> {
       await new Promise<void>((resolve, reject) => {
         server.once('error', reject);
@@ -213,25 +240,42 @@ export async function createGateway(opts: GatewayOptions) {
       });
       return server.address() as AddressInfo;
     },
-    /** Stops accepting, waits up to `graceMs` for open requests, then flushes rows and closes. */
+    /**
+     * Stops accepting, waits up to `graceMs` (or until hurry()) for open requests; then ends those
+     * still open (a stream with one error event of its dialect, see proxy.interrupt), flushes every
+     * row (spooling what the store cannot take) and closes.
+     */
     async close(graceMs = 10_000): Promise<void> {
       clearInterval(reconcile);
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeIdleConnections();
-      if (inFlight > 0) {
+      const wait = async (ms: number, cutShort: boolean) => {
+        if (inFlight === 0) return;
         let timer: NodeJS.Timeout | undefined;
         await Promise.race([
           new Promise<void>((resolve) => (idle = resolve)),
-          new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs))),
+          new Promise<void>((resolve) => (timer = setTimeout(resolve, ms))),
+          cutShort ? hurried : new Promise<void>(() => {}),
         ]);
         clearTimeout(timer);
+      };
+      await wait(graceMs, true);
+      if (proxy.open > 0) {
+        log.warn({ open: proxy.open }, 'grace period over: ending the streams still open with an error event');
+        proxy.interrupt();
+        // The error events were written: let them reach the clients before the sockets go.
+        await wait(1000, false);
       }
       server.closeAllConnections();
       await closed;
       proxy.close();
       board.close();
+      await maintenance.stop(); // board
+      metrics.close();
       catalog.stop();
+      await upstream.stop(); // ring 1
       await recorder.close();
+      await budget.flush(); // spend increments still held in memory (lib/counters/spend-cache.ts)
     },
   };
 }

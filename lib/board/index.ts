@@ -6,6 +6,11 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Deps } from '../deps.ts';
 import type { Store } from '../store/store.ts';
+import { metricsRoute, type Metrics } from './metrics.ts';
+import { pageRoute } from './page.ts'; // board page
+import type { Maintenance } from './retention.ts'; // summary
+import { computeSummary } from './summary.ts'; // summary
+import type { Summary } from './types.ts'; // summary
 
 export interface BoardOptions {
   deps: Deps;
@@ -14,6 +19,14 @@ export interface BoardOptions {
   health: () => Record<string, unknown>;
   /** performance-independent wall clock of the process start (ms since the epoch). */
   startedAt: number;
+  /** The gateway's Prometheus metrics, fed by the server's hooks (lib/board/metrics.ts). */
+  metrics: Metrics;
+  /** summary: the rollup backfill and retention loops (lib/board/retention.ts), for health. */
+  maintenance?: Maintenance;
+  /** summary: package version (health.version). */
+  version?: string;
+  /** summary: the environment (SLUICE_DRIFT_USD); default process.env. */
+  env?: NodeJS.ProcessEnv;
 }
 
 export type BoardHandler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
@@ -28,10 +41,52 @@ export function createBoard(opts: BoardOptions): Board {
   const routes = new Map<string, BoardHandler>();
   const closers: Array<() => void> = [];
   void opts;
+  routes.set('/metrics', metricsRoute(opts.metrics));
+  // summary: one function computes the object both '/api/summary' and '/' show (lib/board/summary.ts)
+  const summary = summaryFunction(opts);
+  routes.set('/api/summary', summaryRoute(summary, opts.deps.log));
+  // board page: a view of the same `summary` function's object (lib/board/page.ts)
+  routes.set('/', pageRoute(summary, opts.deps.log));
   return {
     routes,
     close() {
       for (const c of closers) c();
     },
+  };
+}
+
+// summary: the summary function and its JSON route
+const DRIFT_USD = 0.05;
+
+export function summaryFunction(opts: BoardOptions): () => Promise<Summary> {
+  const { deps } = opts;
+  const raw = (opts.env ?? process.env).SLUICE_DRIFT_USD;
+  const drift = Number(raw);
+  return () => computeSummary({
+    store: opts.store, config: deps.config, budget: deps.budget, catalog: deps.catalog, counters: deps.counters,
+    keyCacheSize: () => deps.keyCache.size, health: opts.health, now: deps.now, startedAt: opts.startedAt,
+    version: opts.version ?? String(opts.health().version ?? ''),
+    maintenance: () => opts.maintenance?.state() ?? { backfill_done: true, backfill_rows: 0, retention_days: null, retention_deleted: 0 },
+    driftUsd: raw?.trim() && Number.isFinite(drift) && drift >= 0 ? drift : DRIFT_USD,
+  });
+}
+
+/** `GET /api/summary`: the summary as JSON, never cached; a store failure answers 503, logged. */
+export function summaryRoute(summary: () => Promise<Summary>, log: Deps['log']): BoardHandler {
+  return async (req, res) => {
+    const headers = { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' };
+    if (req.method === 'HEAD') {
+      res.writeHead(200, headers).end();
+      return;
+    }
+    let body: string;
+    try {
+      body = JSON.stringify(await summary());
+    } catch (err) {
+      log.error({ err: (err as Error).message }, 'board summary could not be computed');
+      res.writeHead(503, headers).end(JSON.stringify({ error: 'the summary could not be computed (see the log)' }));
+      return;
+    }
+    res.writeHead(200, headers).end(body);
   };
 }

@@ -6,6 +6,8 @@
 import { readFile } from 'node:fs/promises';
 import postgres from 'postgres';
 import { parseMigrations, pendingMigrations } from './migrations.ts';
+import { postgresUpstream } from './postgres-upstream.ts';
+import { postgresBoard, rollUpAuditPostgres, rollUpRequestsPostgres } from './postgres-board.ts'; // board
 import {
   KeyConflictError,
   type AuditRow,
@@ -100,6 +102,8 @@ export function openPostgresStore(url: string): Store {
 
   return {
     kind: 'postgres',
+    ...postgresUpstream(sql), // ring 1
+    ...postgresBoard(sql), // board
 
     async migrate() {
       const steps = parseMigrations(await readFile(SCHEMA_FILE, 'utf8'));
@@ -165,7 +169,10 @@ export function openPostgresStore(url: string): Store {
     async insertAudit(rows: AuditRow[]) {
       if (rows.length === 0) return;
       const values = rows.map((r) => ({ ts: r.ts, ip: r.ip, prefix: r.prefix, outcome: r.outcome }));
-      await sql`INSERT INTO auth_audit ${sql(values, 'ts', 'ip', 'prefix', 'outcome')}`;
+      await sql.begin(async (tx) => {
+        await tx`INSERT INTO auth_audit ${tx(values, 'ts', 'ip', 'prefix', 'outcome')}`;
+        await rollUpAuditPostgres(tx, rows); // board
+      });
     },
 
     async listAudit(limit = DEFAULT_LIMIT) {
@@ -184,16 +191,15 @@ export function openPostgresStore(url: string): Store {
       if (rows.length === 0) return;
       const values = rows.map((row) => ({ ...row, tools: JSON.stringify(row.tools) }));
       const insert = (q: postgres.Sql, chunk: typeof values) =>
-        q`INSERT INTO requests ${q(chunk, ...REQUEST_COLUMNS)} ON CONFLICT (id) DO NOTHING`;
-      if (values.length <= INSERT_CHUNK) {
-        await insert(sql, values);
-        return;
-      }
-      // Larger batches split across statements, but still land together or not at all.
+        q`INSERT INTO requests ${q(chunk, ...REQUEST_COLUMNS)} ON CONFLICT (id) DO NOTHING RETURNING id`;
+      // Batches split across statements, but land together with their rollups or not at all.
       await sql.begin(async (tx) => {
+        const inserted = new Set<string>();
         for (let i = 0; i < values.length; i += INSERT_CHUNK) {
-          await insert(tx as unknown as postgres.Sql, values.slice(i, i + INSERT_CHUNK));
+          for (const r of await insert(tx as unknown as postgres.Sql, values.slice(i, i + INSERT_CHUNK))) inserted.add(r.id as string);
         }
+        // board: only rows actually inserted count toward the rollups (a replayed id is skipped)
+        await rollUpRequestsPostgres(tx, rows.filter((r) => inserted.has(r.id)), sql);
       });
     },
 

@@ -61,7 +61,85 @@ CREATE INDEX IF NOT EXISTS requests_profile_ts ON requests (profile, ts);
 CREATE INDEX IF NOT EXISTS requests_ts ON requests (ts);
 
 -- migration 2: upstream keys, usage snapshots, cost reconciliation
-SELECT 1; -- placeholder until ring 1 lands: replace, do not append
+CREATE TABLE IF NOT EXISTS upstream_keys (
+  profile     TEXT PRIMARY KEY,
+  hash        TEXT NOT NULL,
+  name        TEXT NOT NULL,
+  label       TEXT,
+  limit_usd   REAL,
+  limit_reset TEXT,
+  created_at  TEXT NOT NULL,
+  updated_at  TEXT NOT NULL
+) STRICT;
+
+CREATE TABLE IF NOT EXISTS usage_snapshots (
+  id              INTEGER PRIMARY KEY AUTOINCREMENT,
+  profile         TEXT    NOT NULL,
+  ts              TEXT    NOT NULL,
+  day             TEXT    NOT NULL,
+  label           TEXT,
+  limit_usd       REAL,
+  limit_remaining REAL,
+  limit_reset     TEXT,
+  usage           REAL    NOT NULL,
+  usage_daily     REAL    NOT NULL,
+  usage_weekly    REAL    NOT NULL,
+  usage_monthly   REAL    NOT NULL,
+  ledger_day_usd  REAL    NOT NULL,
+  drift_usd       REAL    NOT NULL,
+  drifted         INTEGER NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS usage_snapshots_profile_ts ON usage_snapshots (profile, ts);
+
+-- Reconciliation state of a request row (pending = estimate + generation id + not abandoned).
+ALTER TABLE requests ADD COLUMN reconcile_attempts INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE requests ADD COLUMN reconcile_next_at TEXT;
+ALTER TABLE requests ADD COLUMN reconcile_abandoned INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE requests ADD COLUMN reconciled_at TEXT;
+CREATE INDEX IF NOT EXISTS requests_reconcile_pending ON requests (reconcile_next_at)
+  WHERE cost_source = 'estimate' AND generation_id IS NOT NULL AND reconcile_abandoned = 0;
+CREATE INDEX IF NOT EXISTS requests_reconciled ON requests (reconciled_at) WHERE reconciled_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS requests_reconcile_abandoned ON requests (ts) WHERE reconcile_abandoned = 1;
 
 -- migration 3: board rollups
-SELECT 1; -- placeholder until the board lands: replace, do not append
+-- One row per (grain, dimension, bucket, key): sums of the requests (or audit rows) it covers.
+-- grain 'h' = UTC hour ('YYYY-MM-DDTHH'), 'd' = UTC day, 'a' = all time (bucket ''); lib/board/rollups.ts.
+CREATE TABLE IF NOT EXISTS board_rollup (
+  grain              TEXT    NOT NULL,
+  dim                TEXT    NOT NULL,
+  bucket             TEXT    NOT NULL,
+  key                TEXT    NOT NULL,
+  requests           INTEGER NOT NULL,
+  errors             INTEGER NOT NULL,
+  input_tokens       INTEGER NOT NULL,
+  output_tokens      INTEGER NOT NULL,
+  cache_read_tokens  INTEGER NOT NULL,
+  cache_write_tokens INTEGER NOT NULL,
+  reasoning_tokens   INTEGER NOT NULL,
+  cost_usd           REAL    NOT NULL,
+  first_ts           TEXT    NOT NULL,
+  last_ts            TEXT    NOT NULL,
+  note               TEXT    NOT NULL,
+  PRIMARY KEY (grain, dim, bucket, key)
+) STRICT, WITHOUT ROWID;
+-- Log-scale latency histograms (metric o/t/d: overhead, ttfb, duration) of the same rows.
+CREATE TABLE IF NOT EXISTS board_hist (
+  grain  TEXT    NOT NULL,
+  dim    TEXT    NOT NULL,
+  bucket TEXT    NOT NULL,
+  key    TEXT    NOT NULL,
+  metric TEXT    NOT NULL,
+  idx    INTEGER NOT NULL,
+  n      INTEGER NOT NULL,
+  PRIMARY KEY (grain, dim, bucket, key, metric, idx)
+) STRICT, WITHOUT ROWID;
+-- Backfill marks: rows present before this step (a 0.3.0 store) are rolled up at start-up, in
+-- slices, from the cursor up to the mark taken here; rows written later are rolled up as written.
+CREATE TABLE IF NOT EXISTS board_state (
+  name  TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+) STRICT;
+INSERT OR IGNORE INTO board_state (name, value) SELECT 'requests_upto', CAST(COALESCE(MAX(rowid), 0) AS TEXT) FROM requests;
+INSERT OR IGNORE INTO board_state (name, value) VALUES ('requests_cursor', '0');
+INSERT OR IGNORE INTO board_state (name, value) SELECT 'audit_upto', CAST(COALESCE(MAX(id), 0) AS TEXT) FROM auth_audit;
+INSERT OR IGNORE INTO board_state (name, value) VALUES ('audit_cursor', '0');

@@ -7,6 +7,8 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { DatabaseSync, type SQLInputValue, type StatementSync } from 'node:sqlite';
 import { parseMigrations, pendingMigrations } from './migrations.ts';
+import { sqliteUpstream } from './sqlite-upstream.ts';
+import { rollUpAuditSqlite, rollUpRequestsSqlite, sqliteBoard } from './sqlite-board.ts'; // board
 import {
   KeyConflictError,
   type AuditRow,
@@ -115,7 +117,7 @@ export function openSqliteStore(file: string): Store {
       `INSERT OR IGNORE INTO requests (${REQUEST_COLUMNS.join(', ')})
        VALUES (${REQUEST_COLUMNS.map(() => '?').join(', ')})`,
     ),
-    listRequests: db.prepare('SELECT * FROM requests ORDER BY ts DESC, id DESC LIMIT ?'),
+    listRequests: db.prepare(`SELECT ${REQUEST_COLUMNS.join(', ')} FROM requests ORDER BY ts DESC, id DESC LIMIT ?`),
     spendSince: db.prepare('SELECT COALESCE(SUM(cost_usd), 0) AS spend FROM requests WHERE profile = ? AND ts >= ?'),
   } satisfies Record<string, StatementSync>;
 
@@ -134,6 +136,8 @@ export function openSqliteStore(file: string): Store {
 
   return {
     kind: 'sqlite',
+    ...sqliteUpstream(db), // ring 1
+    ...sqliteBoard(db), // board
 
     async migrate() {
       migrateSqlite(db);
@@ -180,6 +184,7 @@ export function openSqliteStore(file: string): Store {
       if (rows.length === 0) return;
       inTransaction(() => {
         for (const r of rows) stmt.insertAudit.run(r.ts, r.ip, r.prefix, r.outcome);
+        rollUpAuditSqlite(db, rows); // board
       });
     },
 
@@ -196,7 +201,9 @@ export function openSqliteStore(file: string): Store {
     async insertRequests(rows: RequestRow[]) {
       if (rows.length === 0) return;
       inTransaction(() => {
-        for (const row of rows) stmt.insertRequest.run(...requestParams(row));
+        // board: only rows actually inserted count toward the rollups (a replayed id is skipped)
+        const inserted = rows.filter((row) => stmt.insertRequest.run(...requestParams(row)).changes > 0);
+        rollUpRequestsSqlite(db, inserted);
       });
     },
 

@@ -72,6 +72,136 @@ export interface RequestRow {
   tools: string[]; // names of the tools the model called; stored as a JSON array
 }
 
+// ring 1 (upstream keys, usage snapshots, cost reconciliation): types
+export interface UsageSnapshot {
+  profile: string;
+  ts: string;
+  day: string; // YYYY-MM-DD UTC
+  label: string | null;
+  limit_usd: number | null;
+  limit_remaining: number | null;
+  limit_reset: string | null;
+  usage: number;
+  usage_daily: number;
+  usage_weekly: number;
+  usage_monthly: number;
+  ledger_day_usd: number;
+  drift_usd: number; // ledger − router usage_daily
+  drifted: boolean;
+}
+export interface ReconcileCounts {
+  pending: number;
+  reconciled: number;
+  abandoned: number;
+}
+export interface UpstreamKeyRow {
+  profile: string;
+  hash: string;
+  name: string;
+  label: string | null;
+  limit_usd: number | null;
+  limit_reset: string | null;
+  created_at: string;
+  updated_at: string;
+}
+/** A row waiting for the router's cost of its generation. */
+export interface PendingReconcile {
+  id: string;
+  profile: string;
+  generation_id: string;
+  ts: string;
+  duration_ms: number;
+  cost_usd: number;
+  reconcile_attempts: number;
+}
+export interface UpstreamStore {
+  upstreamKeys(): Promise<UpstreamKeyRow[]>;
+  /** Insert or replace the profile's row. */
+  putUpstreamKey(row: UpstreamKeyRow): Promise<void>;
+  insertUsageSnapshot(s: UsageSnapshot): Promise<void>;
+  /** The newest snapshot per profile, ordered by profile. */
+  latestUsageSnapshots(): Promise<UsageSnapshot[]>;
+  reconcileCounts(): Promise<ReconcileCounts>;
+  /** Pending rows due at `now` (reconcile_next_at null or <= now), oldest first. */
+  duePendingReconciles(now: string, limit: number): Promise<PendingReconcile[]>;
+  /** Any pending row at all (cheap, indexed). */
+  hasPendingReconciles(): Promise<boolean>;
+  /** Records a failed lookup: next attempt at nextAt, or abandoned when nextAt is null. */
+  deferReconcile(id: string, attempts: number, nextAt: string | null): Promise<void>;
+  /** Abandons every pending row with ts < before (old rows never looked up). */
+  abandonReconcilesBefore(before: string): Promise<number>;
+  /**
+   * Sets the router's cost on a still-estimated row; returns the old cost only to the caller
+   * that changed it (undefined when another process already did, or the row is gone).
+   */
+  applyReconciledCost(id: string, costUsd: number, at: string): Promise<number | undefined>;
+}
+// end ring 1
+
+// board: rollups and the board's reads (lib/store/*-board.ts, lib/board/rollups.ts)
+export type BoardGrain = 'h' | 'd' | 'a';
+export interface BoardSumsQuery {
+  grain: BoardGrain;
+  dims: string[];
+  /** Buckets from..to inclusive ('YYYY-MM-DDTHH' for 'h', 'YYYY-MM-DD' for 'd', '' for 'a'). */
+  from: string;
+  to: string;
+  /** Also group by bucket (a series). */
+  byBucket?: boolean;
+  /** With one dim: the top `limit` keys by requests or cost. */
+  order?: 'requests' | 'cost_usd' | 'last_ts';
+  limit?: number;
+}
+export interface BoardSum {
+  dim: string;
+  key: string;
+  bucket: string;
+  requests: number;
+  errors: number;
+  input_tokens: number;
+  output_tokens: number;
+  cache_read_tokens: number;
+  cache_write_tokens: number;
+  reasoning_tokens: number;
+  cost_usd: number;
+  first_ts: string;
+  last_ts: string;
+  /** The note of the latest row (a session's tier). */
+  note: string;
+  /** How many buckets held the key (1 with byBucket). */
+  buckets: number;
+}
+export interface BoardHistQuery {
+  grain: BoardGrain;
+  dims: string[];
+  from: string;
+  to: string;
+}
+export interface BoardHistSum {
+  dim: string;
+  key: string;
+  metric: 'o' | 't' | 'd';
+  idx: number;
+  n: number;
+}
+/** A raw request row's board fields (no key, no prompt): the last hour only. */
+export type BoardRecentRow = Pick<RequestRow, 'id' | 'ts' | 'profile' | 'session' | 'end_user' | 'tier' | 'model' | 'provider' | 'status' | 'outcome' | 'cost_usd' | 'ttfb_ms'>;
+export interface BoardStore {
+  boardSums(q: BoardSumsQuery): Promise<BoardSum[]>;
+  boardHist(q: BoardHistQuery): Promise<BoardHistSum[]>;
+  /** Raw rows with ts >= since, newest first (at most `limit`). */
+  boardRecent(since: string, limit: number): Promise<BoardRecentRow[]>;
+  /** Auth failures per address since `since` (raw audit rows; the last hour), most first. */
+  boardAuditSince(since: string, limit: number): Promise<Array<{ ip: string; failures: number }>>;
+  /** spendSince from the daily rollups when `since` is a UTC midnight and the backfill is done. */
+  rollupSpendSince(profile: string, since: string): Promise<number>;
+  /** Rolls up to `limit` pre-rollup rows (a 0.3.0 store); resumable, safe with two processes. */
+  backfillRollups(limit: number): Promise<{ done: boolean; rows: number }>;
+  /** Deletes up to `limit` request rows with ts < before; the rollups keep their totals. */
+  pruneRequests(before: string, limit: number): Promise<number>;
+}
+// end board
+
 export class KeyConflictError extends Error {
   constructor(profile: string, name: string) {
     super(`an active key named "${name}" already exists for profile "${profile}"`);
@@ -102,6 +232,11 @@ export interface Store {
   spendSince(profile: string, since: string): Promise<number>;
   close(): Promise<void>;
 }
+
+// ring 1: the Store also carries the upstream methods (lib/store/*-upstream.ts)
+export interface Store extends UpstreamStore {}
+// board: and the board's (lib/store/*-board.ts)
+export interface Store extends BoardStore {}
 
 export function keyState(key: KeyRow, now: number): KeyState {
   if (key.revoked_at) return 'revoked';

@@ -116,7 +116,16 @@ for (const storeKind of ['sqlite', 'postgres'] as const) {
     t.equal(keyRows.length, clientKeys.length);
     t.same(keyRows.map((k) => k.key_hash).sort(), clientKeys.map(hashKey).sort(), 'only hashes are stored');
     t.same(keyRows.map((k) => k.prefix).sort(), clientKeys.map((k) => displayPrefix(parseKey(k)!.profile, parseKey(k)!.token)).sort(), 'and display prefixes');
+    // board: the operator's surfaces show what the session did, never a secret.
+    const operator: Record<string, string> = {};
+    for (const path of ['/', '/api/summary', '/metrics']) {
+      const res = await fetch(h.url + path);
+      t.equal(res.status, 200, `${path} answers`);
+      operator[`board ${path}`] = await res.text();
+    }
+    t.ok(operator['board /metrics'].includes('sluice_auth_failures_total'), 'the metrics hold the session (the scan has something to read)');
     const places: Record<string, string | Buffer> = {
+      ...operator,
       log: logText,
       requests: JSON.stringify(await h.store.listRequests(100_000)),
       auth_audit: JSON.stringify(await h.store.listAudit(100_000)),

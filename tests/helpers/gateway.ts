@@ -141,6 +141,9 @@ export async function startHarness(t: Test, opts: HarnessOptions = {}): Promise<
     SLUICE_UPSTREAM_KEY_DEV: UPSTREAM_KEYS.dev,
     SLUICE_UPSTREAM_KEY_ASSISTANT: UPSTREAM_KEYS.assistant,
     SLUICE_UPSTREAM_KEY_TINY: UPSTREAM_KEYS.tiny,
+    // ring 1's background loops call the router on their own: off unless a test turns them on.
+    SLUICE_USAGE_REFRESH_S: '0',
+    SLUICE_RECONCILE_POLL_S: '0',
     ...opts.env,
   };
   const gateway = await createGateway({

@@ -1,0 +1,112 @@
+// The board's background upkeep: the start-up backfill of rollups for rows written before they
+// existed (a 0.3.0 store), then raw-row retention (SLUICE_REQUEST_RETENTION_DAYS). Both work in
+// small slices with a turn of the event loop between them, so requests never wait behind them;
+// retention starts only once the backfill is done, so no row is deleted before it is counted.
+
+import type { Logger } from 'pino';
+import { ConfigError } from '../config.ts';
+import type { Store } from '../store/store.ts';
+import type { Health } from './types.ts';
+
+export interface MaintenanceOptions {
+  store: Pick<Store, 'backfillRollups' | 'pruneRequests'>;
+  log: Pick<Logger, 'info' | 'warn'>;
+  now: () => number;
+  /** Days of raw request rows kept (null: all). */
+  retentionDays: number | null;
+  /** Rows per backfill slice (default 250) and per retention delete (default 1000). */
+  backfillSlice?: number;
+  pruneSlice?: number;
+  /** How often retention runs once the backfill is done (default 10 minutes). */
+  retentionEveryMs?: number;
+  /** Wait after a failed slice (store away) before trying again (default 5 s). */
+  retryMs?: number;
+}
+
+/** SLUICE_REQUEST_RETENTION_DAYS: a whole number of days, 1 or more; unset or empty keeps all. */
+export function retentionDays(env: NodeJS.ProcessEnv): number | null {
+  const raw = env.SLUICE_REQUEST_RETENTION_DAYS;
+  if (raw === undefined || raw.trim() === '') return null;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 1) throw new ConfigError([`SLUICE_REQUEST_RETENTION_DAYS must be a whole number of days, 1 or more, got "${raw}"`]);
+  return n;
+}
+
+const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+export function startMaintenance(o: MaintenanceOptions) {
+  const slice = o.backfillSlice ?? 250;
+  const pruneSlice = o.pruneSlice ?? 1000;
+  const state: Health['rollups'] = { backfill_done: false, backfill_rows: 0, retention_days: o.retentionDays, retention_deleted: 0 };
+  let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
+  let wake: (() => void) | undefined;
+  /** Waits `ms` (or until stop()); unref'd, so it never holds the process open. */
+  const pause = (ms: number) => new Promise<void>((resolve) => {
+    if (stopped) return resolve();
+    wake = resolve;
+    timer = setTimeout(resolve, ms);
+    timer.unref();
+  });
+
+  async function backfill(): Promise<void> {
+    while (!stopped) {
+      try {
+        const r = await o.store.backfillRollups(slice);
+        state.backfill_rows += r.rows;
+        if (r.done) {
+          state.backfill_done = true;
+          if (state.backfill_rows > 0) o.log.info({ rows: state.backfill_rows }, 'board rollups backfilled');
+          return;
+        }
+        await turn();
+      } catch (err) {
+        o.log.warn({ err: (err as Error).message }, 'board rollup backfill failed; retrying');
+        await pause(o.retryMs ?? 5000);
+      }
+    }
+  }
+
+  /** Deletes raw rows older than the retention, slice by slice; returns how many went. */
+  async function prune(): Promise<number> {
+    if (o.retentionDays === null) return 0;
+    const before = new Date(o.now() - o.retentionDays * 86_400_000).toISOString();
+    let total = 0;
+    while (!stopped) {
+      const n = await o.store.pruneRequests(before, pruneSlice);
+      total += n;
+      state.retention_deleted += n;
+      if (n < pruneSlice) break;
+      await turn();
+    }
+    if (total > 0) o.log.info({ rows: total, before }, 'old request rows deleted (retention)');
+    return total;
+  }
+
+  const done = (async () => {
+    await backfill();
+    while (!stopped && o.retentionDays !== null) {
+      try {
+        await prune();
+      } catch (err) {
+        o.log.warn({ err: (err as Error).message }, 'request retention failed; retrying later');
+      }
+      await pause(o.retentionEveryMs ?? 600_000);
+    }
+  })();
+
+  return {
+    state: (): Health['rollups'] => ({ ...state }),
+    /** Resolves when the loops have ended (after stop()). */
+    done,
+    prune,
+    async stop(): Promise<void> {
+      stopped = true;
+      clearTimeout(timer);
+      wake?.();
+      await done;
+    },
+  };
+}
+
+export type Maintenance = ReturnType<typeof startMaintenance>;

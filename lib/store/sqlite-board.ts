@@ -1,0 +1,211 @@
+// The board's part of the embedded Store: rollup upserts (called inside insertRequests' and
+// insertAudit's transactions, for rows actually inserted), cost corrections, the backfill of a
+// 0.3.0 store, retention, and the board's reads. Every slice is short: node:sqlite is synchronous
+// on the server's event loop. Never returns a key or a prompt.
+
+import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
+import { auditDeltas, costDeltas, requestDeltas, type Deltas } from '../board/rollups.ts';
+import type { AuditRow, BoardStore, BoardSum, RequestRow } from './store.ts';
+
+type Raw = Record<string, unknown>;
+
+const SUM_COLUMNS = ['requests', 'errors', 'input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens', 'reasoning_tokens', 'cost_usd'] as const;
+
+function statements(db: DatabaseSync) {
+  return {
+    upsert: db.prepare(
+      `INSERT INTO board_rollup (grain, dim, bucket, key, ${SUM_COLUMNS.join(', ')}, first_ts, last_ts, note)
+       VALUES (?, ?, ?, ?, ${SUM_COLUMNS.map(() => '?').join(', ')}, ?, ?, ?)
+       ON CONFLICT (grain, dim, bucket, key) DO UPDATE SET
+         ${SUM_COLUMNS.map((c) => `${c} = ${c} + excluded.${c}`).join(', ')},
+         first_ts = min(first_ts, excluded.first_ts),
+         note = CASE WHEN excluded.last_ts >= last_ts THEN excluded.note ELSE note END,
+         last_ts = max(last_ts, excluded.last_ts)`,
+    ),
+    upsertHist: db.prepare(
+      `INSERT INTO board_hist (grain, dim, bucket, key, metric, idx, n) VALUES (?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (grain, dim, bucket, key, metric, idx) DO UPDATE SET n = n + excluded.n`,
+    ),
+    addCost: db.prepare('UPDATE board_rollup SET cost_usd = cost_usd + ? WHERE grain = ? AND dim = ? AND bucket = ? AND key = ?'),
+    rowById: db.prepare('SELECT rowid AS rid, * FROM requests WHERE id = ?'),
+    state: db.prepare('SELECT value FROM board_state WHERE name = ?'),
+    setState: db.prepare('UPDATE board_state SET value = ? WHERE name = ?'),
+    requestsAfter: db.prepare('SELECT rowid AS rid, * FROM requests WHERE rowid > ? AND rowid <= ? ORDER BY rowid LIMIT ?'),
+    auditAfter: db.prepare('SELECT id, ts, ip, prefix, outcome FROM auth_audit WHERE id > ? AND id <= ? ORDER BY id LIMIT ?'),
+    prune: db.prepare('DELETE FROM requests WHERE rowid IN (SELECT rowid FROM requests WHERE ts < ? ORDER BY ts LIMIT ?)'),
+    recent: db.prepare(
+      `SELECT id, ts, profile, session, end_user, tier, model, provider, status, outcome, cost_usd, ttfb_ms
+       FROM requests WHERE ts >= ? ORDER BY ts DESC LIMIT ?`,
+    ),
+    auditSince: db.prepare('SELECT ip, COUNT(*) AS failures FROM auth_audit WHERE ts >= ? GROUP BY ip ORDER BY failures DESC, ip LIMIT ?'),
+    spendDays: db.prepare("SELECT COALESCE(SUM(cost_usd), 0) AS spend FROM board_rollup WHERE grain = 'd' AND dim = 'profile' AND bucket >= ? AND key = ?"),
+    spendRaw: db.prepare('SELECT COALESCE(SUM(cost_usd), 0) AS spend FROM requests WHERE profile = ? AND ts >= ?'),
+  } satisfies Record<string, StatementSync>;
+}
+
+type Stmts = ReturnType<typeof statements>;
+const cache = new WeakMap<DatabaseSync, Stmts>();
+function stmts(db: DatabaseSync): Stmts {
+  let s = cache.get(db);
+  if (!s) cache.set(db, (s = statements(db)));
+  return s;
+}
+
+/** Converts a raw SQLite requests row to the Store's shape. */
+export function sqliteRequestRow(raw: Raw): RequestRow {
+  return { ...(raw as unknown as RequestRow), stream: raw.stream === 1, tools: JSON.parse(raw.tools as string) as string[] };
+}
+
+function apply(s: Stmts, d: Deltas): void {
+  for (const r of d.rollups) {
+    s.upsert.run(r.grain, r.dim, r.bucket, r.key, ...SUM_COLUMNS.map((c) => r[c]), r.first_ts, r.last_ts, r.note);
+  }
+  for (const h of d.hist) s.upsertHist.run(h.grain, h.dim, h.bucket, h.key, h.metric, h.idx, h.n);
+}
+
+/** Rolls up request rows just inserted; call inside insertRequests' transaction. */
+export function rollUpRequestsSqlite(db: DatabaseSync, inserted: RequestRow[]): void {
+  if (inserted.length > 0) apply(stmts(db), requestDeltas(inserted));
+}
+
+/** Rolls up audit rows just inserted; call inside insertAudit's transaction. */
+export function rollUpAuditSqlite(db: DatabaseSync, rows: AuditRow[]): void {
+  if (rows.length > 0) apply(stmts(db), auditDeltas(rows));
+}
+
+function mark(s: Stmts, name: string): number {
+  return Number((s.state.get(name) as Raw | undefined)?.value ?? 0);
+}
+
+/**
+ * A request's cost changed by `deltaUsd` (a reconciled cost replacing an estimate): the rollups
+ * follow. Call inside the transaction that changed the row. A row the backfill has yet to reach is
+ * left alone (the backfill will read its new cost).
+ */
+export function adjustRollupCostSqlite(db: DatabaseSync, id: string, deltaUsd: number): void {
+  const s = stmts(db);
+  const raw = s.rowById.get(id) as Raw | undefined;
+  if (!raw || deltaUsd === 0) return;
+  const rid = Number(raw.rid);
+  if (rid > mark(s, 'requests_cursor') && rid <= mark(s, 'requests_upto')) return;
+  for (const r of costDeltas(sqliteRequestRow(raw), deltaUsd)) s.addCost.run(deltaUsd, r.grain, r.dim, r.bucket, r.key);
+}
+
+function toSum(raw: Raw): BoardSum {
+  return {
+    dim: raw.dim as string,
+    key: raw.key as string,
+    bucket: (raw.bucket as string | undefined) ?? '',
+    requests: Number(raw.requests),
+    errors: Number(raw.errors),
+    input_tokens: Number(raw.input_tokens),
+    output_tokens: Number(raw.output_tokens),
+    cache_read_tokens: Number(raw.cache_read_tokens),
+    cache_write_tokens: Number(raw.cache_write_tokens),
+    reasoning_tokens: Number(raw.reasoning_tokens),
+    cost_usd: Number(raw.cost_usd),
+    first_ts: raw.first_ts as string,
+    last_ts: raw.last_ts as string,
+    note: raw.note as string,
+    buckets: Number(raw.buckets),
+  };
+}
+
+export function sqliteBoard(db: DatabaseSync): BoardStore {
+  const s = stmts(db);
+  const prepared = new Map<string, StatementSync>();
+  const prep = (sql: string) => {
+    let st = prepared.get(sql);
+    if (!st) prepared.set(sql, (st = db.prepare(sql)));
+    return st;
+  };
+  let backfilled = false;
+  const isBackfilled = () =>
+    backfilled ||= mark(s, 'requests_cursor') >= mark(s, 'requests_upto') && mark(s, 'audit_cursor') >= mark(s, 'audit_upto');
+
+  function transaction<T>(work: () => T): T {
+    db.exec('BEGIN IMMEDIATE');
+    try {
+      const out = work();
+      db.exec('COMMIT');
+      return out;
+    } catch (err) {
+      db.exec('ROLLBACK');
+      throw err;
+    }
+  }
+
+  return {
+    async boardSums(q) {
+      const group = q.byBucket ? 'dim, key, bucket' : 'dim, key';
+      const order = q.order ? ` ORDER BY ${q.order === 'last_ts' ? 'last_ts' : q.order} DESC, key` : '';
+      const limit = q.limit !== undefined ? ' LIMIT ?' : '';
+      const where = `FROM board_rollup WHERE grain = ? AND dim IN (${q.dims.map(() => '?').join(', ')}) AND bucket >= ? AND bucket <= ?`;
+      // By bucket, each row is its own group (the primary key): no aggregation at all. Otherwise
+      // SQLite takes the bare column `note` from the row holding MAX(last_ts): the latest note.
+      const sql = q.byBucket
+        ? `SELECT dim, key, bucket, ${SUM_COLUMNS.join(', ')}, first_ts, last_ts, note, 1 AS buckets ${where}${order}${limit}`
+        : `SELECT ${group}, ${SUM_COLUMNS.map((c) => `SUM(${c}) AS ${c}`).join(', ')}, MIN(first_ts) AS first_ts, MAX(last_ts) AS last_ts, note, COUNT(*) AS buckets
+           ${where} GROUP BY ${group}${order}${limit}`;
+      const params: SQLInputValue[] = [q.grain, ...q.dims, q.from, q.to];
+      if (q.limit !== undefined) params.push(q.limit);
+      return prep(sql).all(...params).map(toSum);
+    },
+
+    async boardHist(q) {
+      const sql = `SELECT dim, key, metric, idx, SUM(n) AS n FROM board_hist
+        WHERE grain = ? AND dim IN (${q.dims.map(() => '?').join(', ')}) AND bucket >= ? AND bucket <= ?
+        GROUP BY dim, key, metric, idx`;
+      return prep(sql).all(q.grain, ...q.dims, q.from, q.to).map((r) => ({
+        dim: r.dim as string, key: r.key as string, metric: r.metric as 'o' | 't' | 'd', idx: Number(r.idx), n: Number(r.n),
+      }));
+    },
+
+    async boardRecent(since, limit) {
+      return s.recent.all(since, limit).map((r) => ({
+        id: r.id as string, ts: r.ts as string, profile: r.profile as string,
+        session: r.session as string | null, end_user: r.end_user as string | null, tier: r.tier as string | null,
+        model: r.model as string | null, provider: r.provider as string | null, status: Number(r.status),
+        outcome: r.outcome as RequestRow['outcome'], cost_usd: Number(r.cost_usd), ttfb_ms: r.ttfb_ms === null ? null : Number(r.ttfb_ms),
+      }));
+    },
+
+    async boardAuditSince(since, limit) {
+      return s.auditSince.all(since, limit).map((r) => ({ ip: r.ip as string, failures: Number(r.failures) }));
+    },
+
+    async rollupSpendSince(profile, since) {
+      const midnight = since.endsWith('T00:00:00.000Z');
+      const raw = midnight && isBackfilled() ? s.spendDays.get(since.slice(0, 10), profile) : s.spendRaw.get(profile, since);
+      return Number((raw as Raw).spend);
+    },
+
+    async backfillRollups(limit) {
+      return transaction(() => {
+        let rows = 0;
+        const reqCursor = mark(s, 'requests_cursor');
+        const reqUpto = mark(s, 'requests_upto');
+        if (reqCursor < reqUpto) {
+          const raws = s.requestsAfter.all(reqCursor, reqUpto, limit) as Raw[];
+          apply(s, requestDeltas(raws.map(sqliteRequestRow)));
+          s.setState.run(String(raws.length > 0 ? Number(raws[raws.length - 1].rid) : reqUpto), 'requests_cursor');
+          rows += raws.length;
+        }
+        const auditCursor = mark(s, 'audit_cursor');
+        const auditUpto = mark(s, 'audit_upto');
+        if (rows < limit && auditCursor < auditUpto) {
+          const raws = s.auditAfter.all(auditCursor, auditUpto, limit - rows) as Raw[];
+          apply(s, auditDeltas(raws as unknown as AuditRow[]));
+          s.setState.run(String(raws.length > 0 ? Number(raws[raws.length - 1].id) : auditUpto), 'audit_cursor');
+          rows += raws.length;
+        }
+        backfilled = false;
+        return { done: isBackfilled(), rows };
+      });
+    },
+
+    async pruneRequests(before, limit) {
+      return Number(s.prune.run(before, limit).changes);
+    },
+  };
+}
