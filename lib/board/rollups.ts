@@ -3,7 +3,7 @@
 // used by the write path (inside insertRequests' transaction), the start-up backfill and cost
 // corrections alike, so they can never disagree. Pure: it never touches a database or a clock.
 
-import type { AuditRow, RequestRow } from '../store/store.ts';
+import type { AuditRow, RequestRow, TokenCounts } from '../store/store.ts';
 
 /** 'h': bucket 'YYYY-MM-DDTHH' (UTC hour); 'd': 'YYYY-MM-DD' (UTC day); 'a': '' (all time). */
 export type Grain = 'h' | 'd' | 'a';
@@ -13,14 +13,9 @@ export type Metric = 'o' | 't' | 'd';
 /** Separates the parts of a composite key (profile, session, end user, …). */
 export const SEP = '\u001f';
 
-export interface Sums {
+export interface Sums extends TokenCounts {
   requests: number;
   errors: number;
-  input_tokens: number;
-  output_tokens: number;
-  cache_read_tokens: number;
-  cache_write_tokens: number;
-  reasoning_tokens: number;
   cost_usd: number;
 }
 

@@ -3,6 +3,8 @@
 // money is USD, latencies are milliseconds. Only fields are added here, never renamed or removed.
 // Nothing in it is ever a key, a key secret, an upstream key or prompt text.
 
+import type { TokenCounts } from '../store/store.ts';
+
 /** Percentiles from merged log-scale histogram buckets; null when no request had the value. */
 export interface Percentiles {
   p50: number | null;
@@ -90,14 +92,9 @@ export interface Requests {
   by_day: DayPoint[];
 }
 
-export interface ModelRow {
+export interface ModelRow extends TokenCounts {
   model: string;
   requests: number;
-  input_tokens: number;
-  output_tokens: number;
-  cache_read_tokens: number;
-  cache_write_tokens: number;
-  reasoning_tokens: number;
   cost_usd: number;
   /** This model's cost / the window's total cost (0 when nothing was spent). */
   share: number;
@@ -261,15 +258,10 @@ export interface ToolLog {
 }
 
 /** Per `x-sluice-run` label (all time, latest 50 by last seen). */
-export interface BenchmarkRun {
+export interface BenchmarkRun extends TokenCounts {
   run: string;
   requests: number;
   errors: number;
-  input_tokens: number;
-  output_tokens: number;
-  cache_read_tokens: number;
-  cache_write_tokens: number;
-  reasoning_tokens: number;
   cost_usd: number;
   duration_ms: Percentiles;
   ttfb_ms: Percentiles;
