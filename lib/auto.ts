@@ -9,7 +9,7 @@ import type { AutoConfig } from './config.ts';
 import { newRequestId, type Ctx } from './context.ts';
 import type { Counters } from './counters/counters.ts';
 import type { RequestRow } from './store/store.ts';
-import { usageOf } from './usage-tap.ts';
+import { usageOf } from './proxy/usage-tap.ts';
 
 const EXCERPT_CHARS = 4000;
 

@@ -30,6 +30,12 @@ export class KeyCache {
     return this.entries.size;
   }
 
+  /** The cached answer for this hash while it is fresh (null: known unknown), else undefined: no promise on a hit. */
+  peek(hash: string): AuthedKey | null | undefined {
+    const hit = this.entries.get(hash);
+    return hit && hit.until > this.now() ? hit.key : undefined;
+  }
+
   /** The key for this hash, or null when the store has none. Throws only when the store fails. */
   async lookup(hash: string): Promise<AuthedKey | null> {
     const now = this.now();

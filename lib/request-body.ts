@@ -21,7 +21,16 @@ interface Origin {
   lazy: Map<string, () => unknown>;
 }
 
-const origins = new WeakMap<object, Origin>();
+/**
+ * The origin rides on the body under a symbol, not enumerable: invisible to Object.keys, for-in,
+ * spread and JSON.stringify, and free for the collector (a WeakMap keyed by every request's body
+ * costs an ephemeron entry per request).
+ */
+const ORIGIN = Symbol('sluice.body-origin');
+
+function originOf(body: object): Origin | undefined {
+  return (body as { [ORIGIN]?: Origin })[ORIGIN];
+}
 
 function define(body: Record<string, unknown>, key: string, value: unknown): void {
   // defineProperty, not assignment: a member named "__proto__" is an own property in JSON.parse's
@@ -38,39 +47,49 @@ export function bodyFromScan(raw: Buffer, scan: Scan): Record<string, any> {
   // In order of first appearance (JSON.parse's key order), each with its last value.
   for (const m of scan.members) {
     if (Object.prototype.hasOwnProperty.call(body, m.key)) continue;
-    const member = last.get(m.key)!;
+    const key = m.key;
+    const member = last.get(key)!;
     if (member.valueEnd - member.valueStart <= EAGER_BYTES) {
       const value = parseRange(raw, member.valueStart, member.valueEnd);
-      origin.decoded.set(m.key, value);
-      define(body, m.key, value);
+      origin.decoded.set(key, value);
+      // Plain assignment keeps the object in V8's fast mode; only "__proto__" needs defineProperty.
+      if (key === '__proto__') define(body, key, value);
+      else body[key] = value;
       continue;
     }
+    // A getter and setter remove themselves (and their `lazy` entry) on first use.
     const get = () => {
       const value = parseRange(raw, member.valueStart, member.valueEnd);
-      origin.decoded.set(m.key, value);
-      define(body, m.key, value);
+      origin.decoded.set(key, value);
+      origin.lazy.delete(key);
+      define(body, key, value);
       return value;
     };
-    origin.lazy.set(m.key, get);
-    Object.defineProperty(body, m.key, {
+    origin.lazy.set(key, get);
+    Object.defineProperty(body, key, {
       get,
-      set: (value: unknown) => define(body, m.key, value),
+      set: (value: unknown) => {
+        origin.lazy.delete(key);
+        define(body, key, value);
+      },
       enumerable: true,
       configurable: true,
     });
   }
-  origins.set(body, origin);
+  Object.defineProperty(body, ORIGIN, { value: origin });
   return body;
 }
 
 /** Whether the member `key` still holds exactly what the bytes say (never decoded, or an untouched scalar). */
 function untouched(body: Record<string, unknown>, origin: Origin, key: string): boolean {
-  const d = Object.getOwnPropertyDescriptor(body, key);
-  if (!d) return false;
-  if (d.get) return d.get === origin.lazy.get(key);
-  const v = d.value;
+  if (!Object.prototype.hasOwnProperty.call(body, key)) return false;
+  const get = origin.lazy.get(key);
+  // Its accessor still stands (never read, never set; not deleted and re-added): the bytes hold.
+  if (get !== undefined) return Object.getOwnPropertyDescriptor(body, key)?.get === get;
+  if (!origin.decoded.has(key)) return false;
+  const v = body[key];
   // A decoded object or array may have been changed in place: only scalars compare.
-  return origin.decoded.has(key) && (v === null || typeof v !== 'object') && Object.is(v, origin.decoded.get(key));
+  return (v === null || typeof v !== 'object') && Object.is(v, origin.decoded.get(key));
 }
 
 /**
@@ -79,7 +98,7 @@ function untouched(body: Record<string, unknown>, origin: Origin, key: string): 
  * ones go (every duplicate of the name); new ones are appended. Any other object: JSON.stringify.
  */
 export function encodeBody(body: Record<string, any>): Buffer {
-  const origin = origins.get(body);
+  const origin = originOf(body);
   if (!origin) return Buffer.from(JSON.stringify(body));
   const { raw, last } = origin;
   const change = (m: Member): Change => {
@@ -101,7 +120,7 @@ export function encodeBody(body: Record<string, any>): Buffer {
 
 /** The indexed entries of a top-level array member, when it is still the one scanned. */
 function scannedEntries(body: Record<string, any>, field: string) {
-  const origin = origins.get(body);
+  const origin = originOf(body);
   if (!origin || !untouched(body, origin, field)) return undefined;
   return { origin, entries: origin.last.get(field)!.entries };
 }

@@ -1,11 +1,11 @@
-// The gateway: a minimal node:http server that routes each request, runs the ordered plugin chain
-// (plugins/index.ts) resolved per route at start-up, then hands proxied requests to the proxy
-// core. It is the only place that renders sluice's own errors (lib/errors.ts), in the request's
-// dialect. Shutdown stops accepting, lets open streams finish within a grace period, flushes
-// every row and closes the store.
+// The gateway's wiring and lifecycle: builds the dependencies, the plugin chain of each route
+// (plugins/index.ts, resolved once), the proxy core (lib/proxy/) and the board, and puts the
+// per-request handler (lib/handler.ts) behind a minimal node:http server. Shutdown stops
+// accepting, lets open streams finish within a grace period, flushes every row and closes.
+// Nothing here runs per request.
 
 import { readFileSync } from 'node:fs';
-import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import http, { type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { createPlugins } from '../plugins/index.ts';
@@ -16,14 +16,14 @@ import { retentionDays, startMaintenance } from './board/retention.ts'; // board
 import { createMetrics } from './board/metrics.ts';
 import { Budget } from './budget.ts';
 import { Catalog } from './catalog.ts';
-import { clientIp, compileIpList } from './client-ip.ts';
+import { compileIpList } from './client-ip.ts';
 import { upstreamKeyVar, type Config } from './config.ts';
-import { newRequestId, type Ctx, type Plugin, type Route } from './context.ts';
+import type { Plugin } from './context.ts';
 import type { Counters } from './counters/counters.ts';
 import type { Deps } from './deps.ts';
-import { GatewayError, renderError, type Dialect } from './errors.ts';
+import { createHandler, ROUTES, type RouteDef } from './handler.ts';
 import { KeyCache } from './key-cache.ts';
-import { createProxy } from './proxy.ts';
+import { createProxy } from './proxy/index.ts';
 import { Recorder } from './recorder.ts';
 import { createUpstreamLoops } from './upstream/index.ts'; // ring 1
 import type { RequestRow, Store } from './store/store.ts';
@@ -44,20 +44,6 @@ export interface GatewayOptions {
   keyCacheTtlMs?: number;
   /** Load the router catalog at start-up (tests that need no catalog may skip the fetch). */
   loadCatalog?: boolean;
-}
-
-interface RouteDef { route: Route; method: string; dialect: Dialect }
-
-const ROUTES: Record<string, RouteDef> = {
-  '/v1/chat/completions': { route: 'chat', method: 'POST', dialect: 'chat' },
-  '/v1/messages': { route: 'messages', method: 'POST', dialect: 'messages' },
-  '/v1/messages/count_tokens': { route: 'count_tokens', method: 'POST', dialect: 'messages' },
-  '/v1/models': { route: 'models', method: 'GET', dialect: 'chat' },
-};
-
-/** Requests outside a known route still get an error in the dialect their headers suggest. */
-function guessDialect(req: IncomingMessage, path: string): Dialect {
-  return path.startsWith('/v1/messages') || req.headers['anthropic-version'] !== undefined ? 'messages' : 'chat';
 }
 
 export async function createGateway(opts: GatewayOptions) {
@@ -81,7 +67,7 @@ export async function createGateway(opts: GatewayOptions) {
   const upstream = createUpstreamLoops({ config, store, budget, log, env, now, upstreamKeys });
   await upstream.start();
   // board: the Prometheus metrics, fed by record(), authFailure() and the error renderer below
-  const metrics = createMetrics({ config, budget, store, recorder, counters, inFlight: () => inFlight, version: VERSION });
+  const metrics = createMetrics({ config, budget, store, recorder, counters, inFlight: () => handler.inFlight, version: VERSION });
 
   /** Every row goes through here: queued for the store, and its cost added to the profile's spend. */
   function record(row: RequestRow): void {
@@ -121,12 +107,10 @@ export async function createGateway(opts: GatewayOptions) {
       store: { kind: store.kind, reachable: !recorder.storeDown, rows_written: recorder.written, rows_pending: recorder.pending },
       counters: { kind: counters.kind, degraded: counters.degraded },
       catalog: Object.fromEntries([...config.routers.keys()].map((r) => [r, { refreshed_at: catalog.refreshedAt.get(r) ?? null }])),
-      in_flight: inFlight,
+      in_flight: handler.inFlight,
       ...upstream.health(), // ring 1: reconcile counts, last usage snapshot per profile
     };
   }
-  let inFlight = 0;
-  let idle: (() => void) | undefined;
   /** Resolved by hurry(): a second signal ends the shutdown's grace period at once. */
   let hurry!: () => void;
   const hurried = new Promise<void>((resolve) => (hurry = resolve));
@@ -134,77 +118,10 @@ export async function createGateway(opts: GatewayOptions) {
   const maintenance = startMaintenance({ store, log, now, retentionDays: retention });
   const board = createBoard({ deps, store, health, startedAt: started, metrics, maintenance, version: VERSION, env });
 
-  /** Where a request goes: its path, its route (if any) and the dialect its errors are written in. */
-  function locate(req: IncomingMessage) {
-    const url = req.url ?? '/';
-    const q = url.indexOf('?');
-    const path = q === -1 ? url : url.slice(0, q);
-    const def = routes.get(path);
-    return { path, hasQuery: q !== -1, def, dialect: def?.dialect ?? guessDialect(req, path), ctx: undefined as Ctx | undefined };
-  }
-
-  async function handle(req: IncomingMessage, res: ServerResponse, where: ReturnType<typeof locate>): Promise<void> {
-    const { path, def, dialect } = where;
-    if (path === '/api/hello' && req.method === 'HEAD') {
-      res.writeHead(204).end();
-      return;
-    }
-    if (path === '/health' && (req.method === 'GET' || req.method === 'HEAD')) {
-      if (!where.hasQuery) res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
-      else res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(health()));
-      return;
-    }
-    const operator = req.method === 'GET' || req.method === 'HEAD' ? board.routes.get(path) : undefined;
-    if (operator) return operator(req, res);
-    if (!def) return renderError(res, dialect, new GatewayError('not_found'));
-    if (req.method !== def.method) {
-      res.setHeader('allow', def.method);
-      return renderError(res, dialect, new GatewayError('method_not_allowed'));
-    }
-    const run = req.headers['x-sluice-run'];
-    const ctx: Ctx = {
-      id: newRequestId(), req, res, route: def.route, dialect, t0: performance.now(),
-      ip: clientIp(req.socket.remoteAddress, req.headers['x-forwarded-for'], trustedProxies),
-      changed: false, stream: false, endUser: null, session: null, run: typeof run === 'string' ? run.slice(0, 128) : null,
-      requestedModel: null, tier: null, model: null, degradation: 'none', removed: [],
-    };
-    where.ctx = ctx; // the metrics of a refusal name its profile
-    for (const plugin of def.chain) {
-      const pending = plugin.run(ctx);
-      if (pending) await pending; // only asynchronous plugins cost a tick
-    }
-    if (def.route === 'models') {
-      res.writeHead(200, { 'content-type': 'application/json', 'content-length': modelsBody.length }).end(modelsBody);
-      return;
-    }
-    if (ctx.removed.length > 0) log.info({ req: ctx.id, prefix: ctx.key!.row.prefix, removed: ctx.removed }, 'sanitized request');
-    if (ctx.stream) metrics.trackStream(res);
-    proxy.forward(ctx);
-  }
-
-  const server = http.createServer({ requestTimeout: 120_000, headersTimeout: 30_000, keepAliveTimeout: 65_000 }, (req, res) => {
-    inFlight++;
-    res.once('close', () => {
-      if (--inFlight === 0) idle?.();
-    });
-    const where = locate(req);
-    handle(req, res, where).catch((err) => {
-      const { dialect } = where;
-      if (err instanceof GatewayError) {
-        metrics.refusal(where.def?.route, where.ctx?.profile?.name, err.code);
-        renderError(res, dialect, err);
-        // A refused body may still be arriving: close the connection rather than read it on.
-        if (err.code === 'request_too_large' || err.code === 'body_timeout') res.once('finish', () => lingeringClose(req));
-      } else if (!req.complete && req.socket.destroyed) {
-        // The client went away while its body was arriving (its socket, and so `res`, is gone): nothing to answer.
-        log.debug({ err: (err as Error).message }, 'client closed before its request body was complete');
-      } else {
-        log.error({ err: (err as Error).message, stack: (err as Error).stack }, 'request failed inside the gateway');
-        metrics.refusal(where.def?.route, where.ctx?.profile?.name, 'internal');
-        renderError(res, dialect, new GatewayError('internal'));
-      }
-    });
+  const handler = createHandler({
+    routes, operatorRoutes: board.routes, health, forward: proxy.forward, metrics, trustedProxies, modelsBody, log,
   });
+  const server = http.createServer({ requestTimeout: 120_000, headersTimeout: 30_000, keepAliveTimeout: 65_000 }, handler.listener);
   server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
     // Malformed HTTP (bad request line, huge headers, a slow header block): answer plainly and
     // close; never crash. As Node's own handler does, write nothing when a response on this socket
@@ -250,10 +167,10 @@ export async function createGateway(opts: GatewayOptions) {
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeIdleConnections();
       const wait = async (ms: number, cutShort: boolean) => {
-        if (inFlight === 0) return;
+        if (handler.inFlight === 0) return;
         let timer: NodeJS.Timeout | undefined;
         await Promise.race([
-          new Promise<void>((resolve) => (idle = resolve)),
+          handler.idle(),
           new Promise<void>((resolve) => (timer = setTimeout(resolve, ms))),
           cutShort ? hurried : new Promise<void>(() => {}),
         ]);
@@ -281,24 +198,6 @@ export async function createGateway(opts: GatewayOptions) {
 }
 
 export type Gateway = Awaited<ReturnType<typeof createGateway>>;
-
-/** How long the connection of a refused body keeps draining after the refusal (see lingeringClose). */
-const LINGER_MS = 2_000;
-
-/**
- * Closes the connection of a request whose body was refused while it may still be arriving (413,
- * 408). Destroying the socket at once makes the kernel answer the unread bytes with a reset, which
- * can discard the refusal before the client reads it. So: FIN first, then read and drop whatever
- * still comes for at most LINGER_MS (a "lingering close", as nginx does), then destroy.
- */
-function lingeringClose(req: IncomingMessage): void {
-  const socket = req.socket;
-  if (socket.destroyed) return;
-  const timer = setTimeout(() => socket.destroy(), LINGER_MS).unref();
-  socket.once('close', () => clearTimeout(timer));
-  socket.end();
-  req.resume();
-}
 
 /** GET /v1/models: sluice/auto, the sluice/<tier> aliases and the tier models, in a shape both SDKs read. */
 function modelList(config: Config) {

@@ -2,7 +2,7 @@
 // store), known, and neither revoked nor expired. Every refusal here is audited and counts toward
 // the IP block, and all of them answer the same 401 body. The key itself is never kept or logged.
 
-import { ALL_V1, type Plugin } from '../lib/context.ts';
+import { ALL_V1, type Ctx, type Plugin } from '../lib/context.ts';
 import type { Deps } from '../lib/deps.ts';
 import { GatewayError } from '../lib/errors.ts';
 import { displayPrefix, hashKey, parseKey } from '../lib/keys.ts';
@@ -19,35 +19,49 @@ export function keyAuth(deps: Pick<Deps, 'keyCache' | 'authFailure' | 'now'>): P
   return {
     name: 'key-auth',
     routes: ALL_V1,
-    async run(ctx) {
+    // A key in the cache is checked without a promise; a miss, or a refusal, goes the async way.
+    run(ctx) {
       const key = presentedKey(ctx.req.headers);
-      if (!key) {
-        await deps.authFailure(ctx, 'missing_key', '');
-        throw new GatewayError('invalid_api_key');
+      const parts = key ? parseKey(key) : undefined;
+      if (key && parts) {
+        const hash = hashKey(key);
+        const cached = deps.keyCache.peek(hash);
+        if (cached && !cached.row.revoked_at && !(cached.row.expires_at && Date.parse(cached.row.expires_at) <= deps.now())) {
+          ctx.key = cached;
+          return;
+        }
+        return check(ctx, key, parts, hash);
       }
-      const parts = parseKey(key);
-      if (!parts) {
-        await deps.authFailure(ctx, 'malformed_key', '');
-        throw new GatewayError('invalid_api_key');
-      }
-      const prefix = displayPrefix(parts.profile, parts.token);
-      let found;
-      try {
-        found = await deps.keyCache.lookup(hashKey(key));
-      } catch {
-        // The store is away and this key was never seen: not the client's fault, so no audit and
-        // no count toward the IP block; a retryable 503 instead of a 401 it could not earn.
-        throw new GatewayError('store_unavailable');
-      }
-      const outcome = !found ? 'unknown_key'
-        : found.row.revoked_at ? 'revoked_key'
-        : found.row.expires_at && Date.parse(found.row.expires_at) <= deps.now() ? 'expired_key'
-        : undefined;
-      if (outcome) {
-        await deps.authFailure(ctx, outcome, prefix);
-        throw new GatewayError('invalid_api_key');
-      }
-      ctx.key = found!;
+      return check(ctx, key, parts, '');
     },
   };
+
+  async function check(ctx: Ctx, key: string | undefined, parts: ReturnType<typeof parseKey>, hash: string): Promise<void> {
+    if (!key) {
+      await deps.authFailure(ctx, 'missing_key', '');
+      throw new GatewayError('invalid_api_key');
+    }
+    if (!parts) {
+      await deps.authFailure(ctx, 'malformed_key', '');
+      throw new GatewayError('invalid_api_key');
+    }
+    const prefix = displayPrefix(parts.profile, parts.token);
+    let found;
+    try {
+      found = await deps.keyCache.lookup(hash);
+    } catch {
+      // The store is away and this key was never seen: not the client's fault, so no audit and
+      // no count toward the IP block; a retryable 503 instead of a 401 it could not earn.
+      throw new GatewayError('store_unavailable');
+    }
+    const outcome = !found ? 'unknown_key'
+      : found.row.revoked_at ? 'revoked_key'
+      : found.row.expires_at && Date.parse(found.row.expires_at) <= deps.now() ? 'expired_key'
+      : undefined;
+    if (outcome) {
+      await deps.authFailure(ctx, outcome, prefix);
+      throw new GatewayError('invalid_api_key');
+    }
+    ctx.key = found!;
+  }
 }

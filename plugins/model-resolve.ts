@@ -27,41 +27,51 @@ export function modelResolve(deps: Pick<Deps, 'config' | 'catalog' | 'auto'>): P
   return {
     name: 'model-resolve',
     routes: ['chat', 'messages'],
-    async run(ctx) {
+    // Not async: only sluice/auto waits (for its decision); every other request resolves in place.
+    run(ctx) {
       const requested = ctx.requestedModel!;
       const profile = ctx.profile!;
       let tierName: string | null = null;
       if (requested.startsWith('sluice/')) {
         const alias = requested.slice(7);
         // A degraded profile goes to the fast tier below: no decision worth paying for.
-        if (alias === 'auto') tierName = ctx.degradation === 'none' ? await deps.auto.decide(ctx) : null;
-        else if (tiers.has(alias)) tierName = alias;
+        if (alias === 'auto') {
+          if (ctx.degradation === 'none') return deps.auto.decide(ctx).then((decided) => apply(ctx, decided));
+        } else if (tiers.has(alias)) tierName = alias;
         else throw new GatewayError('invalid_body', { message: `Unknown model alias "${requested}". Ask GET /v1/models for the list.` });
       } else if (requested.startsWith('claude-') || DEFAULT_TIER_NAMES.has(requested)) {
         tierName = profile.default_tier;
       }
-      if (ctx.degradation !== 'none') tierName = 'fast';
-      const tier = tierName === null ? undefined : tiers.get(tierName)!;
-      const model = tier ? tier.model : requested;
-      ctx.tier = tierName;
-      ctx.model = model;
-      set(ctx, 'model', model);
-      if (tier && ctx.dialect === 'chat' && tier.fallbacks.length > 0 && !Array.isArray(ctx.body!.models)) {
-        ctx.body!.models = tier.fallbacks;
-        ctx.changed = true;
-      }
-
-      // max_tokens cap: min(catalog max for the model, tier max), and 2048 when degraded that far.
-      let cap = tier?.max_output_tokens;
-      const maxCompletion = deps.catalog.maxCompletion(profile.router, model);
-      if (maxCompletion) cap = cap === undefined ? maxCompletion : Math.min(cap, maxCompletion);
-      if (ctx.degradation === 'max-tokens') cap = Math.min(cap ?? DEGRADED_MAX_TOKENS, DEGRADED_MAX_TOKENS);
-      if (cap === undefined) return;
-      // Chat: cap whichever of the two fields the client sent (both, if it sent both, so neither
-      // slips past the cap); set `max_tokens` when it sent neither.
-      const completion = ctx.dialect === 'chat' && ctx.body!.max_completion_tokens !== undefined;
-      if (completion) capField(ctx, 'max_completion_tokens', cap);
-      if (!completion || ctx.body!.max_tokens !== undefined) capField(ctx, 'max_tokens', cap);
+      apply(ctx, tierName);
     },
   };
+
+  /** Sets the tier, the model, the chat fallbacks and the max_tokens cap for the tier chosen. */
+  function apply(ctx: Ctx, chosen: string | null): void {
+    const profile = ctx.profile!;
+    const requested = ctx.requestedModel!;
+    let tierName = chosen;
+    if (ctx.degradation !== 'none') tierName = 'fast';
+    const tier = tierName === null ? undefined : tiers.get(tierName)!;
+    const model = tier ? tier.model : requested;
+    ctx.tier = tierName;
+    ctx.model = model;
+    set(ctx, 'model', model);
+    if (tier && ctx.dialect === 'chat' && tier.fallbacks.length > 0 && !Array.isArray(ctx.body!.models)) {
+      ctx.body!.models = tier.fallbacks;
+      ctx.changed = true;
+    }
+
+    // max_tokens cap: min(catalog max for the model, tier max), and 2048 when degraded that far.
+    let cap = tier?.max_output_tokens;
+    const maxCompletion = deps.catalog.maxCompletion(profile.router, model);
+    if (maxCompletion) cap = cap === undefined ? maxCompletion : Math.min(cap, maxCompletion);
+    if (ctx.degradation === 'max-tokens') cap = Math.min(cap ?? DEGRADED_MAX_TOKENS, DEGRADED_MAX_TOKENS);
+    if (cap === undefined) return;
+    // Chat: cap whichever of the two fields the client sent (both, if it sent both, so neither
+    // slips past the cap); set `max_tokens` when it sent neither.
+    const completion = ctx.dialect === 'chat' && ctx.body!.max_completion_tokens !== undefined;
+    if (completion) capField(ctx, 'max_completion_tokens', cap);
+    if (!completion || ctx.body!.max_tokens !== undefined) capField(ctx, 'max_tokens', cap);
+  }
 }

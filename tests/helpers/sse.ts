@@ -1,6 +1,7 @@
 // Server-sent events for the tests: a complete SSE text (a finished stream's body) parsed into its
-// events with eventsource-parser, the parser the product's usage tap reads streams with. Only for
-// whole texts; a test that reads a stream as it arrives feeds its own parser.
+// events with eventsource-parser, a reference parser independent of the usage tap's own byte-level
+// reader (lib/proxy/usage-tap.ts). Only for whole texts; a test that reads a stream as it arrives
+// feeds its own parser.
 
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 

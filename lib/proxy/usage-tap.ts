@@ -6,7 +6,7 @@
 // their name or text says they can carry something the row needs.
 
 import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
-import type { Dialect } from './errors.ts';
+import type { Dialect } from '../errors.ts';
 
 export interface Usage {
   input_tokens: number;

@@ -6,9 +6,9 @@
 
 import { isDeepStrictEqual } from 'node:util';
 import t from 'tap';
-import type { Dialect } from '../../lib/errors.ts';
-import { startSimulatedRouter, type SimulatedRouter } from '../../lib/sim/index.ts';
-import { UsageTap, type Usage } from '../../lib/usage-tap.ts';
+import type { Dialect } from '../../../lib/errors.ts';
+import { startSimulatedRouter, type SimulatedRouter } from '../../../lib/sim/index.ts';
+import { UsageTap, type Usage } from '../../../lib/proxy/usage-tap.ts';
 
 /** mulberry32: a tiny seeded PRNG, so a failing cut set can be replayed. */
 function mulberry32(seed: number): () => number {
@@ -276,4 +276,18 @@ t.test('chat cache tokens are inside prompt_tokens; rows keep the uncached input
   const json = new UsageTap('chat', false);
   json.write(Buffer.from(JSON.stringify({ id: 'gen-j', choices: [], usage: { prompt_tokens: 90, completion_tokens: 9, prompt_tokens_details: { cached_tokens: 40 } } })));
   t.equal(json.finish().input_tokens, 50, 'the same split for a JSON body');
+});
+
+t.test('a leading BOM, multi-line data and a 1.2 MB content line are read', async (t) => {
+  const usage = { prompt_tokens: 10, completion_tokens: 4, cost: 0.5 };
+  const huge = `data: {"id":"gen-x","choices":[{"delta":{"content":"${'y'.repeat(1_200_000)}"}}]}\n\n`;
+  const body = Buffer.from(`\ufeffdata: {"id":"gen-1","provider":"P",\ndata: "model":"m/x","choices":[]}\n\n${huge}data: ${JSON.stringify({ id: 'gen-2', choices: [], usage })}\n\ndata: [DONE]\n\n`);
+  const tap = new UsageTap('chat', true);
+  for (let at = 0; at < body.length; at += 64 * 1024) tap.write(body.subarray(at, at + 64 * 1024));
+  const u = tap.finish();
+  t.equal(u.generation_id, 'gen-1', 'the first event, behind a BOM and split over two data lines');
+  t.equal(u.model, 'm/x');
+  t.equal(u.provider, 'P');
+  t.equal(u.output_tokens, 4, 'the usage after the long line');
+  t.equal(u.cost, 0.5);
 });

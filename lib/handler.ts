@@ -1,0 +1,166 @@
+// The per-request handler: locates a request (operator routes, /health, the /v1 routes), builds
+// its context, runs the route's plugin chain (resolved once at start-up) and hands a proxied
+// request to the proxy core. It is the only place that renders sluice's own errors, in the
+// request's dialect, and it counts the requests in flight for the shutdown. It never writes a row
+// (the proxy core does) and never holds a request past its response.
+
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { BlockList } from 'node:net';
+import type { Logger } from 'pino';
+import type { Metrics } from './board/metrics.ts';
+import { clientIp } from './client-ip.ts';
+import { newRequestId, type Ctx, type Plugin, type Route } from './context.ts';
+import { GatewayError, renderError, type Dialect } from './errors.ts';
+
+export interface RouteDef { route: Route; method: string; dialect: Dialect }
+
+export const ROUTES: Record<string, RouteDef> = {
+  '/v1/chat/completions': { route: 'chat', method: 'POST', dialect: 'chat' },
+  '/v1/messages': { route: 'messages', method: 'POST', dialect: 'messages' },
+  '/v1/messages/count_tokens': { route: 'count_tokens', method: 'POST', dialect: 'messages' },
+  '/v1/models': { route: 'models', method: 'GET', dialect: 'chat' },
+};
+
+type OperatorRoute = (req: IncomingMessage, res: ServerResponse) => unknown;
+
+export interface HandlerOptions {
+  /** Each /v1 route with its chain, resolved at start-up. */
+  routes: Map<string, RouteDef & { chain: Plugin[] }>;
+  /** The board's GET/HEAD routes (/, /api/summary, /metrics), consulted before the /v1 routes. */
+  operatorRoutes: Map<string, OperatorRoute>;
+  health: () => object;
+  forward: (ctx: Ctx) => void;
+  metrics: Pick<Metrics, 'refusal' | 'trackStream'>;
+  trustedProxies: BlockList;
+  /** The GET /v1/models body, serialised once. */
+  modelsBody: Buffer;
+  log: Logger;
+}
+
+/** Requests outside a known route still get an error in the dialect their headers suggest. */
+function guessDialect(req: IncomingMessage, path: string): Dialect {
+  return path.startsWith('/v1/messages') || req.headers['anthropic-version'] !== undefined ? 'messages' : 'chat';
+}
+
+/** Where a request goes: its path, its route (if any), the dialect of its errors, its context once made. */
+class Where {
+  readonly path: string;
+  readonly hasQuery: boolean;
+  readonly def: (RouteDef & { chain: Plugin[] }) | undefined;
+  readonly dialect: Dialect;
+  /** Set once the context exists: the metrics of a refusal name its profile. */
+  ctx: Ctx | undefined = undefined;
+  constructor(req: IncomingMessage, routes: HandlerOptions['routes']) {
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    this.path = q === -1 ? url : url.slice(0, q);
+    this.hasQuery = q !== -1;
+    this.def = routes.get(this.path);
+    this.dialect = this.def?.dialect ?? guessDialect(req, this.path);
+  }
+}
+
+export function createHandler(opts: HandlerOptions) {
+  const { routes, operatorRoutes, metrics, log, modelsBody, trustedProxies } = opts;
+  let inFlight = 0;
+  let idle: (() => void) | undefined;
+  // One listener function for every response, not a closure per request.
+  function onResponseClose(): void {
+    if (--inFlight === 0) idle?.();
+  }
+
+  async function handle(req: IncomingMessage, res: ServerResponse, where: Where): Promise<void> {
+    const { path, def, dialect } = where;
+    if (path === '/api/hello' && req.method === 'HEAD') {
+      res.writeHead(204).end();
+      return;
+    }
+    if (path === '/health' && (req.method === 'GET' || req.method === 'HEAD')) {
+      if (!where.hasQuery) res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
+      else res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(opts.health()));
+      return;
+    }
+    const operator = req.method === 'GET' || req.method === 'HEAD' ? operatorRoutes.get(path) : undefined;
+    if (operator) return void (await operator(req, res));
+    if (!def) return renderError(res, dialect, new GatewayError('not_found'));
+    if (req.method !== def.method) {
+      res.setHeader('allow', def.method);
+      return renderError(res, dialect, new GatewayError('method_not_allowed'));
+    }
+    const run = req.headers['x-sluice-run'];
+    const ctx: Ctx = {
+      id: newRequestId(), req, res, route: def.route, dialect, t0: performance.now(),
+      ip: clientIp(req.socket.remoteAddress, req.headers['x-forwarded-for'], trustedProxies),
+      changed: false, stream: false, endUser: null, session: null, run: typeof run === 'string' ? run.slice(0, 128) : null,
+      requestedModel: null, tier: null, model: null, degradation: 'none', removed: [],
+    };
+    where.ctx = ctx;
+    const chain = def.chain;
+    for (let i = 0; i < chain.length; i++) {
+      const pending = chain[i].run(ctx);
+      if (pending) await pending; // only asynchronous plugins cost a tick
+    }
+    if (def.route === 'models') {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': modelsBody.length }).end(modelsBody);
+      return;
+    }
+    if (ctx.removed.length > 0) log.info({ req: ctx.id, prefix: ctx.key!.row.prefix, removed: ctx.removed }, 'sanitized request');
+    if (ctx.stream) metrics.trackStream(res);
+    opts.forward(ctx);
+  }
+
+  /** Renders what stopped a request: a catalogue error in its dialect, anything else as `internal`. */
+  function fail(req: IncomingMessage, res: ServerResponse, where: Where, err: unknown): void {
+    const { dialect } = where;
+    if (err instanceof GatewayError) {
+      metrics.refusal(where.def?.route, where.ctx?.profile?.name, err.code);
+      renderError(res, dialect, err);
+      // A refused body may still be arriving: close the connection rather than read it on.
+      if (err.code === 'request_too_large' || err.code === 'body_timeout') res.once('finish', () => lingeringClose(req));
+    } else if (!req.complete && req.socket.destroyed) {
+      // The client went away while its body was arriving (its socket, and so `res`, is gone): nothing to answer.
+      log.debug({ err: (err as Error).message }, 'client closed before its request body was complete');
+    } else {
+      log.error({ err: (err as Error).message, stack: (err as Error).stack }, 'request failed inside the gateway');
+      metrics.refusal(where.def?.route, where.ctx?.profile?.name, 'internal');
+      renderError(res, dialect, new GatewayError('internal'));
+    }
+  }
+
+  return {
+    /** The node:http request listener. */
+    listener(req: IncomingMessage, res: ServerResponse): void {
+      inFlight++;
+      res.on('close', onResponseClose);
+      const where = new Where(req, routes);
+      handle(req, res, where).catch((err) => fail(req, res, where, err));
+    },
+    /** HTTP requests being answered right now. */
+    get inFlight(): number {
+      return inFlight;
+    },
+    /** Resolves once no request is in flight (at once if none is). */
+    idle(): Promise<void> {
+      if (inFlight === 0) return Promise.resolve();
+      return new Promise<void>((resolve) => (idle = resolve));
+    },
+  };
+}
+
+/** How long the connection of a refused body keeps draining after the refusal (see lingeringClose). */
+const LINGER_MS = 2_000;
+
+/**
+ * Closes the connection of a request whose body was refused while it may still be arriving (413,
+ * 408). Destroying the socket at once makes the kernel answer the unread bytes with a reset, which
+ * can discard the refusal before the client reads it. So: FIN first, then read and drop whatever
+ * still comes for at most LINGER_MS (a "lingering close", as nginx does), then destroy.
+ */
+function lingeringClose(req: IncomingMessage): void {
+  const socket = req.socket;
+  if (socket.destroyed) return;
+  const timer = setTimeout(() => socket.destroy(), LINGER_MS).unref();
+  socket.once('close', () => clearTimeout(timer));
+  socket.end();
+  req.resume();
+}

@@ -1,0 +1,121 @@
+// The streaming proxy core: forwards a request that passed the plugin chain to the router with
+// http-proxy-3 (keep-alive agents, the profile's upstream key, the client's key headers stripped)
+// and pipes the response back byte for byte while the usage tap reads a copy (./exchange.ts).
+// It adds response headers only. Failures before the response starts answer 502/504 in the
+// dialect; failures after it started end the stream with one error event of the dialect. Every
+// request that reached this core leaves exactly one row, client disconnects included.
+// This file is the wiring, done once: agents, the proxy server, its two hooks, the targets.
+
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import https from 'node:https';
+import { ProxyServer, type ServerOptions } from 'http-proxy-3';
+import { tierPrices } from '../catalog.ts';
+import type { Ctx } from '../context.ts';
+import type { Deps } from '../deps.ts';
+import type { RequestRow } from '../store/store.ts';
+import { EXCHANGE, Exchange, type ExchangeCore } from './exchange.ts';
+import { bodyOf, headersOf, OneWrite, targetOf, upstreamTargets } from './upstream-request.ts';
+
+export { UsageTap, usageOf, type Usage } from './usage-tap.ts';
+
+type ProxyDeps = Pick<Deps, 'log' | 'config' | 'catalog' | 'now'> & { record: (row: RequestRow) => void; upstreamTimeoutMs: number };
+type Tagged = IncomingMessage & { [EXCHANGE]?: Exchange };
+interface WebOptions { target: URL; agent: http.Agent | false; buffer: OneWrite }
+
+export function createProxy(deps: ProxyDeps) {
+  // No cap on upstream sockets: one per open client request, so concurrency is bounded where the
+  // clients are (the front proxy, LimitNOFILE). A cap here would queue whole streams behind others
+  // (a stream waiting for a socket is a stall of its whole length); idle sockets are reused LIFO.
+  // An idle socket is closed after 30 s (or the router's own `keep-alive: timeout=` hint, if
+  // shorter): no fd is held for a burst that is over, and fewer reuses race the router's close.
+  const agentOptions = { keepAlive: true, keepAliveMsecs: 10_000, timeout: 30_000 };
+  const agents = { 'http:': new http.Agent(agentOptions), 'https:': new https.Agent(agentOptions) };
+  const proxy = new ProxyServer({ selfHandleResponse: true, changeOrigin: true, ignorePath: true, proxyTimeout: deps.upstreamTimeoutMs });
+  // Precomputed per router and route: the hot path joins no URLs except for a query string.
+  const targets = upstreamTargets(deps.config);
+  const core: ExchangeCore = {
+    record: deps.record,
+    now: deps.now,
+    catalog: deps.catalog,
+    // Estimates price tier requests at the tier's prices; built once, not per row.
+    tierPrices: new Map([...deps.config.tiers].map(([name, tier]) => [name, tierPrices(tier)])),
+    open: new Set(),
+  };
+  proxy.on('proxyReq', (proxyReq, req) => (req as Tagged)[EXCHANGE]?.sent(proxyReq));
+  proxy.on('proxyRes', (proxyRes, req) => (req as Tagged)[EXCHANGE]?.respond(proxyRes));
+
+  /**
+   * Starts (or retries) the upstream request. The upstream headers are `req.headers` only while
+   * http-proxy-3 copies them (synchronously, in web()): the upstream key never stays on `req`.
+   */
+  function send(ex: Exchange, options: WebOptions, headers: IncomingMessage['headers']): void {
+    const req = ex.ctx.req;
+    const own = req.headers;
+    req.headers = headers;
+    try {
+      proxy.web(req, ex.ctx.res, options as unknown as ServerOptions, onError as never);
+    } finally {
+      req.headers = own;
+    }
+  }
+
+  function onError(err: NodeJS.ErrnoException, req: IncomingMessage, res: ServerResponse | unknown): void {
+    const ex = (req as Tagged)[EXCHANGE];
+    if (!ex || ex.done) return;
+    // A reset after the response began reaches here before the response's 'close' does: the
+    // client must still get its error event, not a stream left open.
+    if ((res as ServerResponse).headersSent) return ex.failMidResponse();
+    // A kept-alive socket the upstream closed just as we reused it: nothing reached it, and the
+    // body is in memory, so one retry on a fresh socket is safe (Node's documented remedy).
+    // Fresh for sure: an upstream that dropped one idle socket (a restart, an idle reaper) has
+    // usually dropped the whole idle pool, and the pool would hand out the next stale one.
+    if (ex.reusedSocket && !ex.retried && !ex.timedOut && err.code === 'ECONNRESET' && !ex.ctx.res.destroyed) {
+      ex.retried = true;
+      const first = ex.upstreamOptions as WebOptions;
+      send(ex, { ...first, agent: false }, headersOf(ex.ctx, first.buffer.body.length));
+      return;
+    }
+    const code = ex.timedOut ? 'upstream_timeout' : 'upstream_unreachable';
+    deps.log.warn({ req: ex.ctx.id, err: err.code ?? err.message, code }, 'upstream request failed');
+    ex.failBeforeResponse(code);
+  }
+
+  return {
+    /** Sends the request upstream; returns at once (the exchange ends through events). */
+    forward(ctx: Ctx): void {
+      const ex = new Exchange(ctx, core);
+      const body = bodyOf(ctx);
+      const target = targetOf(targets, ctx);
+      const options: WebOptions = { target, agent: agents[target.protocol as 'http:' | 'https:'], buffer: new OneWrite(body) };
+      ex.upstreamOptions = options; // for its one retry
+      send(ex, options, headersOf(ctx, body.length));
+    },
+    /** Exchanges still open (their rows not yet made). */
+    get open(): number {
+      return core.open.size;
+    },
+    /**
+     * Ends every open exchange now (the shutdown's grace is over): a stream that began gets one
+     * error event of its dialect and its end, a response not yet begun a 503 in the dialect; the
+     * upstream request is aborted and the row is made (outcome gateway_error).
+     */
+    interrupt(): void {
+      for (const ex of [...core.open]) ex.interrupt();
+    },
+    /** Upstream sockets in use and idle in the keep-alive pool (leak checks, /health). */
+    sockets(): { active: number; idle: number } {
+      let active = 0;
+      let idle = 0;
+      for (const a of Object.values(agents)) {
+        for (const list of Object.values(a.sockets)) active += list?.length ?? 0;
+        for (const list of Object.values(a.freeSockets)) idle += list?.length ?? 0;
+      }
+      return { active, idle };
+    },
+    close(): void {
+      proxy.close();
+      agents['http:'].destroy();
+      agents['https:'].destroy();
+    },
+  };
+}

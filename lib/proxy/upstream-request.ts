@@ -1,0 +1,75 @@
+// What goes upstream for one request: the target URL (precomputed per router and route), the
+// request headers (the client's minus its credentials, sluice's own and hop-by-hop ones, plus the
+// profile's upstream key) and the body bytes (as received, or with the changed members spliced in).
+// It never reads or changes the response, and never logs a header (one carries the upstream key).
+
+import type { IncomingHttpHeaders } from 'node:http';
+import type { Config } from '../config.ts';
+import { withSlash } from '../catalog.ts';
+import type { Ctx } from '../context.ts';
+import { encodeBody } from '../request-body.ts';
+
+const UPSTREAM_PATH = { chat: 'api/v1/chat/completions', messages: 'api/v1/messages', count_tokens: 'api/v1/messages/count_tokens' } as const;
+
+/** Request headers that never go upstream: client credentials, sluice's own, hop-by-hop. */
+const STRIP_REQUEST = new Set([
+  'authorization', 'x-api-key', 'x-sluice-session', 'x-sluice-run', 'x-claude-code-session-id', 'x-forwarded-for',
+  'x-forwarded-host', 'x-forwarded-proto', 'x-forwarded-port', 'x-real-ip', 'forwarded',
+  'connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade',
+  'content-length', 'accept-encoding', 'host', 'expect', 'content-type',
+]);
+
+/** Every router's URL for every proxied route, joined once at start-up. */
+export function upstreamTargets(config: Pick<Config, 'routers'>): Map<string, URL> {
+  const targets = new Map<string, URL>();
+  for (const router of config.routers.values()) {
+    for (const [route, path] of Object.entries(UPSTREAM_PATH)) targets.set(`${router.name}:${route}`, new URL(path, withSlash(router.url)));
+  }
+  return targets;
+}
+
+/** The target URL of a request: the precomputed one, with the client's query string if it sent one. */
+export function targetOf(targets: Map<string, URL>, ctx: Ctx): URL {
+  const target = targets.get(`${ctx.profile!.router}:${ctx.route}`)!;
+  const url = ctx.req.url!;
+  const q = url.indexOf('?');
+  if (q === -1) return target;
+  const withQuery = new URL(target);
+  withQuery.search = url.slice(q);
+  return withQuery;
+}
+
+/** The bytes to send: untouched, the body as received; changed, only the changed members re-serialised. */
+export function bodyOf(ctx: Ctx): Buffer {
+  return ctx.changed ? encodeBody(ctx.body!) : ctx.raw!;
+}
+
+/**
+ * The headers to send, built in one object (http-proxy-3 copies `req.headers` once more; handing
+ * it no `headers` option spares it a second merge). Deletes would push the object into slow mode.
+ */
+export function headersOf(ctx: Ctx, bodyLength: number): IncomingHttpHeaders {
+  const from = ctx.req.headers;
+  const out: IncomingHttpHeaders = {
+    authorization: `Bearer ${ctx.upstreamKey}`,
+    'accept-encoding': 'identity',
+    'content-type': 'application/json',
+    'content-length': String(bodyLength),
+  };
+  for (const h in from) if (!STRIP_REQUEST.has(h)) out[h] = from[h];
+  return out;
+}
+
+/**
+ * The request body as http-proxy-3 wants it: it only calls `pipe`, so handing the bytes over in
+ * one write is all it takes (a Readable per request would cost a stream, its state and a tick).
+ */
+export class OneWrite {
+  readonly body: Buffer;
+  constructor(body: Buffer) {
+    this.body = body;
+  }
+  pipe(dest: NodeJS.WritableStream): void {
+    dest.end(this.body);
+  }
+}
