@@ -241,7 +241,8 @@ export async function computeSummary(d: SummaryDeps): Promise<T.Summary> {
     store.boardHist({ grain: 'd', dims: ['all', 'provider'], from: d7, to: today }),
     store.boardHist({ grain: 'd', dims: ['all'], from: monthFrom, to: today }),
     store.boardSums({ grain: 'd', dims: ['session'], from: today, to: today, order: 'cost_usd', limit: 10 }),
-    store.boardSums({ grain: 'h', dims: ['session'], from: todayHour0, to: hourNow, byBucket: true }),
+    // Only the sessions active this hour are judged against their own earlier hours.
+    store.boardSums({ grain: 'h', dims: ['session'], from: todayHour0, to: hourNow, byBucket: true, activeIn: hourNow }),
     store.boardSums({ grain: 'd', dims: ['end_user'], from: today, to: today }),
     store.boardSums({ grain: 'd', dims: ['end_user'], from: d8, to: dayOf(now - DAY) }),
     store.boardSums({ grain: 'd', dims: ['tool'], from: d30, to: today }),

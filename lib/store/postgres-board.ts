@@ -136,9 +136,13 @@ export function postgresBoard(sql: postgres.Sql): BoardStore {
       const group = q.byBucket ? 'dim, key, bucket' : 'dim, key';
       const order = q.order ? ` ORDER BY ${q.order === 'last_ts' ? 'last_ts' : q.order} DESC, key` : '';
       const params: postgres.ParameterOrJSON<never>[] = [q.grain, q.dims, q.from, q.to];
+      let where = 'FROM board_rollup WHERE grain = $1 AND dim = ANY($2::text[]) AND bucket >= $3 AND bucket <= $4';
+      if (q.activeIn !== undefined) {
+        params.push(q.activeIn);
+        where += ` AND key IN (SELECT key FROM board_rollup WHERE grain = $1 AND dim = ANY($2::text[]) AND bucket = $${params.length})`;
+      }
       if (q.limit !== undefined) params.push(q.limit);
-      const where = 'FROM board_rollup WHERE grain = $1 AND dim = ANY($2::text[]) AND bucket >= $3 AND bucket <= $4';
-      const limit = q.limit !== undefined ? ' LIMIT $5' : '';
+      const limit = q.limit !== undefined ? ` LIMIT $${params.length}` : '';
       // By bucket, each row is its own group (the primary key): no aggregation at all.
       const rows = await sql.unsafe(
         q.byBucket

@@ -140,7 +140,9 @@ export function sqliteBoard(db: DatabaseSync): BoardStore {
       const group = q.byBucket ? 'dim, key, bucket' : 'dim, key';
       const order = q.order ? ` ORDER BY ${q.order === 'last_ts' ? 'last_ts' : q.order} DESC, key` : '';
       const limit = q.limit !== undefined ? ' LIMIT ?' : '';
-      const where = `FROM board_rollup WHERE grain = ? AND dim IN (${q.dims.map(() => '?').join(', ')}) AND bucket >= ? AND bucket <= ?`;
+      const dims = q.dims.map(() => '?').join(', ');
+      const active = q.activeIn === undefined ? '' : ` AND key IN (SELECT key FROM board_rollup WHERE grain = ? AND dim IN (${dims}) AND bucket = ?)`;
+      const where = `FROM board_rollup WHERE grain = ? AND dim IN (${dims}) AND bucket >= ? AND bucket <= ?${active}`;
       // By bucket, each row is its own group (the primary key): no aggregation at all. Otherwise
       // SQLite takes the bare column `note` from the row holding MAX(last_ts): the latest note.
       const sql = q.byBucket
@@ -148,6 +150,7 @@ export function sqliteBoard(db: DatabaseSync): BoardStore {
         : `SELECT ${group}, ${SUM_COLUMNS.map((c) => `SUM(${c}) AS ${c}`).join(', ')}, MIN(first_ts) AS first_ts, MAX(last_ts) AS last_ts, note, COUNT(*) AS buckets
            ${where} GROUP BY ${group}${order}${limit}`;
       const params: SQLInputValue[] = [q.grain, ...q.dims, q.from, q.to];
+      if (q.activeIn !== undefined) params.push(q.grain, ...q.dims, q.activeIn);
       if (q.limit !== undefined) params.push(q.limit);
       return prep(sql).all(...params).map(toSum);
     },

@@ -152,6 +152,8 @@ export interface BoardSumsQuery {
   to: string;
   /** Also group by bucket (a series). */
   byBucket?: boolean;
+  /** Only keys that also have a row in this bucket (same grain and dims): e.g. the sessions active this hour. */
+  activeIn?: string;
   /** With one dim: the top `limit` keys by requests or cost. */
   order?: 'requests' | 'cost_usd' | 'last_ts';
   limit?: number;

@@ -111,6 +111,22 @@ export function storeBoardContract(t: Test, b: Backing): void {
     sameMaps(t, await snapshot(store), expected(raw, audit), 'equal to the rows read back');
   });
 
+  t.test('activeIn keeps only the keys that have a row in that bucket', async (t) => {
+    const store = await storeFor(t);
+    const base = rows(3, 7)[0];
+    const at = (session: string, ts: string) => ({ ...base, id: randomUUID(), session, end_user: null, ts });
+    await store.insertRequests([
+      at('busy', '2025-03-10T09:10:00.000Z'), at('busy', '2025-03-10T11:20:00.000Z'),
+      at('idle', '2025-03-10T09:30:00.000Z'), at('idle', '2025-03-10T10:40:00.000Z'),
+    ]);
+    const q = { grain: 'h', dims: ['session'], from: '2025-03-10T00', to: '2025-03-10T11', byBucket: true } as const;
+    const all = await store.boardSums(q);
+    t.equal(all.length, 4, 'without it: every session hour of the day');
+    const active = await store.boardSums({ ...q, activeIn: '2025-03-10T11' });
+    t.same(active.map((r) => r.bucket).sort(), ['2025-03-10T09', '2025-03-10T11'], 'with it: every hour of the session active at 11, and only its');
+    t.ok(active.every((r) => r.key.includes('busy')));
+  });
+
   t.test('a reconciled cost moves every rollup row of its request', async (t) => {
     const store = await storeFor(t);
     const all = rows(60, 7);
