@@ -102,7 +102,9 @@ ALTER TABLE requests ADD COLUMN IF NOT EXISTS reconcile_attempts integer NOT NUL
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS reconcile_next_at timestamptz;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS reconcile_abandoned boolean NOT NULL DEFAULT false;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS reconciled_at timestamptz;
-CREATE INDEX IF NOT EXISTS requests_reconcile_pending ON requests (reconcile_next_at)
+-- On ts: the loop reads pending rows oldest first and abandons those before a time; a partial index
+-- on ts serves both without touching the millions of settled rows.
+CREATE INDEX IF NOT EXISTS requests_reconcile_pending ON requests (ts)
   WHERE cost_source = 'estimate' AND generation_id IS NOT NULL AND NOT reconcile_abandoned;
 CREATE INDEX IF NOT EXISTS requests_reconciled ON requests (reconciled_at) WHERE reconciled_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS requests_reconcile_abandoned ON requests (ts) WHERE reconcile_abandoned;

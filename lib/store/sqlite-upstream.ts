@@ -39,16 +39,16 @@ export function sqliteUpstream(db: DatabaseSync): UpstreamStore {
          FROM (SELECT DISTINCT profile FROM usage_snapshots) p)
        ORDER BY profile`,
     ),
-    pending: db.prepare(`SELECT COUNT(*) AS n FROM requests WHERE ${PENDING}`),
+    pending: db.prepare(`SELECT COUNT(*) AS n FROM requests INDEXED BY requests_reconcile_pending WHERE ${PENDING}`),
     reconciled: db.prepare('SELECT COUNT(*) AS n FROM requests WHERE reconciled_at IS NOT NULL'),
     abandoned: db.prepare('SELECT COUNT(*) AS n FROM requests WHERE reconcile_abandoned = 1'),
     due: db.prepare(
-      `SELECT id, profile, generation_id, ts, duration_ms, cost_usd, reconcile_attempts FROM requests
+      `SELECT id, profile, generation_id, ts, duration_ms, cost_usd, reconcile_attempts FROM requests INDEXED BY requests_reconcile_pending
        WHERE ${PENDING} AND (reconcile_next_at IS NULL OR reconcile_next_at <= ?) ORDER BY ts LIMIT ?`,
     ),
-    hasPending: db.prepare(`SELECT 1 AS one FROM requests WHERE ${PENDING} LIMIT 1`),
+    hasPending: db.prepare(`SELECT 1 AS one FROM requests INDEXED BY requests_reconcile_pending WHERE ${PENDING} LIMIT 1`),
     defer: db.prepare(`UPDATE requests SET reconcile_attempts = ?, reconcile_next_at = ?, reconcile_abandoned = ? WHERE id = ? AND ${PENDING}`),
-    abandonBefore: db.prepare(`UPDATE requests SET reconcile_abandoned = 1, reconcile_next_at = NULL WHERE ${PENDING} AND ts < ?`),
+    abandonBefore: db.prepare(`UPDATE requests INDEXED BY requests_reconcile_pending SET reconcile_abandoned = 1, reconcile_next_at = NULL WHERE ${PENDING} AND ts < ?`),
     oldCost: db.prepare("SELECT cost_usd FROM requests WHERE id = ? AND cost_source = 'estimate'"),
     setCost: db.prepare(
       "UPDATE requests SET cost_usd = ?, cost_source = 'upstream', reconciled_at = ?, reconcile_next_at = NULL WHERE id = ? AND cost_source = 'estimate'",
