@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Test } from 'tap';
 import { requestDeltas, auditDeltas, SEP } from '../../lib/board/rollups.ts';
-import type { AuditRow, BoardGrain, RequestRow, Store } from '../../lib/store/store.ts';
+import type { AuditRow, BoardGrain, BoardSumsQuery, RequestRow, Store } from '../../lib/store/store.ts';
 
 export interface Backing {
   /** A migrated, empty store on t's own database; a second call with the same t opens it again. */
@@ -119,7 +119,7 @@ export function storeBoardContract(t: Test, b: Backing): void {
       at('busy', '2025-03-10T09:10:00.000Z'), at('busy', '2025-03-10T11:20:00.000Z'),
       at('idle', '2025-03-10T09:30:00.000Z'), at('idle', '2025-03-10T10:40:00.000Z'),
     ]);
-    const q = { grain: 'h', dims: ['session'], from: '2025-03-10T00', to: '2025-03-10T11', byBucket: true } as const;
+    const q: BoardSumsQuery = { grain: 'h', dims: ['session'], from: '2025-03-10T00', to: '2025-03-10T11', byBucket: true };
     const all = await store.boardSums(q);
     t.equal(all.length, 4, 'without it: every session hour of the day');
     const active = await store.boardSums({ ...q, activeIn: '2025-03-10T11' });
