@@ -153,8 +153,8 @@ profiles:
   };
 }
 
-/** A forked load generator (bench/stream-load.ts) taking one job at a time over IPC. */
-export class Loader<Job extends { id?: number }, Result> {
+/** A forked load generator (bench/stream-load.ts, or bench/load.ts for npm run bench) taking one job at a time over IPC. */
+export class Loader<Job extends object, Result> {
   private readonly proc: ChildProcess;
   private next = 1;
   private readonly waiting = new Map<number, { resolve: (r: Result) => void; reject: (e: Error) => void }>();
@@ -178,6 +178,10 @@ export class Loader<Job extends { id?: number }, Result> {
       for (const w of this.waiting.values()) w.reject(new Error(`load generator exited (${code})`));
       this.waiting.clear();
     });
+  }
+
+  get pid(): number {
+    return this.proc.pid!;
   }
 
   run(job: Job): Promise<Result> {

@@ -5,7 +5,7 @@
 // another (bench/load.ts). Prints Markdown tables with the targets met, ready for the README.
 // Every process it starts is killed and every temporary directory and database removed, on error too.
 
-import { spawn, fork, execFileSync, type ChildProcess } from 'node:child_process';
+import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -15,7 +15,11 @@ import { join, resolve } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { fileURLToPath } from 'node:url';
 import type { LoadJob, LoadResult } from './load.ts';
+import { Loader } from './procs.ts';
 import { scenarios, type Scenario } from './scenarios.ts';
+
+/** The load generator (bench/load.ts), a child process taking one job at a time. */
+type LoadClient = Loader<Omit<LoadJob, 'id'>, LoadResult>;
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const NODE = process.execPath;
@@ -233,52 +237,6 @@ function cpuUs(pid: number): { user: number; sys: number } {
 function peakRssMiB(pid: number): number {
   const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
   return m ? Number(m[1]) / 1024 : NaN;
-}
-
-// ---------------------------------------------------------------------------------------------
-// The load generator (a child process)
-
-class LoadClient {
-  private readonly proc: ChildProcess;
-  private next = 1;
-  private readonly waiting = new Map<number, { resolve: (r: LoadResult) => void; reject: (e: Error) => void }>();
-  readonly ready: Promise<void>;
-
-  constructor() {
-    this.proc = fork(join(ROOT, 'bench/load.ts'), [], { cwd: ROOT, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-    children.add(this.proc);
-    let ready!: () => void;
-    this.ready = new Promise((r) => (ready = r));
-    this.proc.on('message', (m: any) => {
-      if (m?.ready) return ready();
-      const w = this.waiting.get(m.id);
-      if (!w) return;
-      this.waiting.delete(m.id);
-      if (m.fatal) w.reject(new Error(`load generator: ${m.fatal}`));
-      else w.resolve(m as LoadResult);
-    });
-    this.proc.once('exit', (code) => {
-      children.delete(this.proc);
-      for (const w of this.waiting.values()) w.reject(new Error(`load generator exited (${code})`));
-      this.waiting.clear();
-    });
-  }
-
-  get pid(): number {
-    return this.proc.pid!;
-  }
-
-  run(job: Omit<LoadJob, 'id'>): Promise<LoadResult> {
-    const id = this.next++;
-    return new Promise((resolve, reject) => {
-      this.waiting.set(id, { resolve, reject });
-      this.proc.send({ ...job, id });
-    });
-  }
-
-  close(): void {
-    this.proc.disconnect();
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -805,7 +763,7 @@ async function main(): Promise<number> {
   const floorUT: Target = { name: 'floor-undici', label: 'undici floor', server: floorUndici, prefix: '', auth: UPSTREAM_KEY, sluice: false, sent: 0 };
   const sluices: Target[] = [];
   for (const store of stores) sluices.push(await startSluice(sim, store));
-  const load = new LoadClient();
+  const load: LoadClient = new Loader<Omit<LoadJob, 'id'>, LoadResult>('bench/load.ts');
   await load.ready;
 
   const targets = [simT, floorT, floorUT, ...sluices];

@@ -5,9 +5,9 @@
 
 import type postgres from 'postgres';
 import { auditDeltas, costDeltas, requestDeltas, type Deltas } from '../board/rollups.ts';
+import { iso, numOrNull, type Raw } from './postgres-values.ts';
 import type { AuditRow, BoardStore, BoardSum, RequestRow } from './store.ts';
 
-type Raw = Record<string, unknown>;
 type Sql = postgres.Sql | postgres.TransactionSql;
 
 const SUM_COLUMNS = ['requests', 'errors', 'input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens', 'reasoning_tokens', 'cost_usd'] as const;
@@ -16,8 +16,6 @@ const CHUNK = 2000;
 /** The columns the rollups read of a request row (never its key or anything of the prompt). */
 const ROW_COLUMNS = 'id, ts, endpoint, profile, end_user, session, run, tier, requested_model, model, status, outcome, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, provider, degradation, ttfb_ms, duration_ms, overhead_ms, tools';
 
-const iso = (v: unknown) => (v instanceof Date ? v.toISOString() : new Date(v as string).toISOString());
-const numOrNull = (v: unknown) => (v === null || v === undefined ? null : Number(v));
 
 /** A raw Postgres requests row (ROW_COLUMNS) in the Store's shape, enough for the rollups. */
 export function postgresRollupRow(raw: Raw): RequestRow {

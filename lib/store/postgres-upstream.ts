@@ -5,17 +5,8 @@
 
 import type postgres from 'postgres';
 import { adjustRollupCostPostgres } from './postgres-board.ts';
+import { iso, numOrNull, type Raw } from './postgres-values.ts';
 import type { UpstreamKeyRow, UpstreamStore, UsageSnapshot } from './store.ts';
-
-type Raw = Record<string, unknown>;
-
-function iso(value: unknown): string {
-  return value instanceof Date ? value.toISOString() : new Date(value as string).toISOString();
-}
-
-function numOrNull(value: unknown): number | null {
-  return value === null || value === undefined ? null : Number(value);
-}
 
 function toUpstreamKey(raw: Raw): UpstreamKeyRow {
   return {

@@ -6,6 +6,7 @@
 import { readFile } from 'node:fs/promises';
 import postgres from 'postgres';
 import { parseMigrations, pendingMigrations } from './migrations.ts';
+import { iso, isoOrNull, numOrNull, type Raw } from './postgres-values.ts';
 import { postgresUpstream } from './postgres-upstream.ts';
 import { postgresBoard, rollUpAuditPostgres, rollUpRequestsPostgres } from './postgres-board.ts'; // board
 import {
@@ -31,21 +32,6 @@ const REQUEST_COLUMNS = [
   'cache_read_tokens', 'cache_write_tokens', 'reasoning_tokens', 'cost_usd', 'cost_source',
   'provider', 'degradation', 'generation_id', 'ttfb_ms', 'duration_ms', 'overhead_ms', 'tools',
 ] as const satisfies ReadonlyArray<keyof RequestRow>;
-
-type Raw = Record<string, unknown>;
-
-function iso(value: unknown): string {
-  return value instanceof Date ? value.toISOString() : new Date(value as string).toISOString();
-}
-
-function isoOrNull(value: unknown): string | null {
-  return value === null || value === undefined ? null : iso(value);
-}
-
-/** int8 and numeric arrive as strings; the Store speaks JS numbers. */
-function numOrNull(value: unknown): number | null {
-  return value === null || value === undefined ? null : Number(value);
-}
 
 function toKey(raw: Raw): KeyRow {
   return {

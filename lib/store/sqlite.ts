@@ -8,7 +8,7 @@ import { dirname } from 'node:path';
 import { DatabaseSync, type SQLInputValue, type StatementSync } from 'node:sqlite';
 import { parseMigrations, pendingMigrations } from './migrations.ts';
 import { sqliteUpstream } from './sqlite-upstream.ts';
-import { rollUpAuditSqlite, rollUpRequestsSqlite, sqliteBoard } from './sqlite-board.ts'; // board
+import { rollUpAuditSqlite, rollUpRequestsSqlite, sqliteBoard, sqliteRequestRow } from './sqlite-board.ts'; // board
 import {
   KeyConflictError,
   type AuditRow,
@@ -46,14 +46,6 @@ function toKey(raw: Raw): KeyRow {
     expires_at: (raw.expires_at as string | null) ?? null,
     last_used_at: (raw.last_used_at as string | null) ?? null,
     revoked_at: (raw.revoked_at as string | null) ?? null,
-  };
-}
-
-function toRequest(raw: Raw): RequestRow {
-  return {
-    ...(raw as unknown as RequestRow),
-    stream: raw.stream === 1,
-    tools: JSON.parse(raw.tools as string) as string[],
   };
 }
 
@@ -208,7 +200,7 @@ export function openSqliteStore(file: string): Store {
     },
 
     async listRequests(limit = DEFAULT_LIMIT) {
-      return stmt.listRequests.all(limit).map(toRequest);
+      return stmt.listRequests.all(limit).map(sqliteRequestRow);
     },
 
     async spendSince(profile, since) {

@@ -77,7 +77,14 @@ export interface RequestRow extends TokenCounts {
 }
 
 // ring 1 (upstream keys, usage snapshots, cost reconciliation): types
-export interface UsageSnapshot {
+/** A router key's spend in USD: all time, this UTC day, week (Monday) and month (protocols.md §4). */
+export interface RouterUsage {
+  usage: number;
+  usage_daily: number;
+  usage_weekly: number;
+  usage_monthly: number;
+}
+export interface UsageSnapshot extends RouterUsage {
   profile: string;
   ts: string;
   day: string; // YYYY-MM-DD UTC
@@ -85,10 +92,6 @@ export interface UsageSnapshot {
   limit_usd: number | null;
   limit_remaining: number | null;
   limit_reset: string | null;
-  usage: number;
-  usage_daily: number;
-  usage_weekly: number;
-  usage_monthly: number;
   ledger_day_usd: number;
   drift_usd: number; // ledger − router usage_daily
   drifted: boolean;

@@ -4,9 +4,10 @@
 // the router's message, unreachable, timed out). A key never appears in an error, a log or a result.
 
 import { withSlash } from '../catalog.ts';
+import type { RouterUsage } from '../store/store.ts';
 
 /** The router's key object (protocols.md §4.1), the fields sluice reads. */
-export interface ApiKey {
+export interface ApiKey extends RouterUsage {
   hash: string;
   name: string;
   label: string | null;
@@ -14,10 +15,6 @@ export interface ApiKey {
   limit: number | null;
   limit_remaining: number | null;
   limit_reset: string | null;
-  usage: number;
-  usage_daily: number;
-  usage_weekly: number;
-  usage_monthly: number;
 }
 
 /** GET /api/v1/key (protocols.md §4.3), the fields sluice reads. */

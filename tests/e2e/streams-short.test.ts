@@ -3,13 +3,12 @@
 // the router directly, with exactly one row each; and a client that does not read makes the
 // upstream pause (bytes the router could send stay bounded) instead of sluice buffering the stream.
 
-import net, { type AddressInfo, type Socket } from 'node:net';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as pause } from 'node:timers/promises';
-import t, { type Test } from 'tap';
+import t from 'tap';
 import { streamCall, streamRequest, type Dialect } from '../../bench/stream-client.ts';
 import { createKey } from '../../cli/keys.ts';
 import { loadConfig } from '../../lib/config.ts';
@@ -19,6 +18,7 @@ import { createGateway } from '../../lib/server.ts';
 import { startSimulatedRouter } from '../../lib/sim/index.ts';
 import { openStore } from '../../lib/store/open.ts';
 import { profilesYaml, TIERS_YAML } from '../helpers/gateway.ts';
+import { startRelay } from '../helpers/relay.ts';
 import { roomyHarness } from '../helpers/upstream.ts';
 
 const UPSTREAM = 'sk-or-v1-roomyroomyroomyroomyroomyroomyroomyroomyroomyroomyroomy03';
@@ -56,38 +56,11 @@ t.test('100 slow streams complete byte for byte with one row each', async (t) =>
   t.ok(rows.every((r) => r.outcome === 'ok' && r.status === 200 && r.output_tokens === 64 && r.stream), 'each row: ok, 200, 64 output tokens, streamed');
 });
 
-/** A TCP relay that counts the bytes the router managed to send through it (a paused reader stops them). */
-async function countingRelay(t: Test, target: number) {
-  let fromUpstream = 0;
-  const sockets = new Set<Socket>();
-  const server = net.createServer((client) => {
-    const upstream = net.connect(target, '127.0.0.1');
-    sockets.add(client).add(upstream);
-    upstream.on('data', () => {}); // counted below, before pipe's own handler
-    upstream.prependListener('data', (c: Buffer) => (fromUpstream += c.length));
-    client.pipe(upstream);
-    upstream.pipe(client);
-    const drop = () => {
-      client.destroy();
-      upstream.destroy();
-      sockets.delete(client);
-      sockets.delete(upstream);
-    };
-    client.on('error', drop).on('close', drop);
-    upstream.on('error', drop).on('close', drop);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  t.teardown(() => {
-    for (const s of sockets) s.destroy();
-    return new Promise<void>((resolve) => server.close(() => resolve()));
-  });
-  return { port: (server.address() as AddressInfo).port, sent: () => fromUpstream };
-}
 
 t.test('a client that does not read pauses the upstream: sluice holds a bounded amount, not the stream', async (t) => {
   const sim = await startSimulatedRouter({ record: false });
   t.teardown(() => sim.close());
-  const relay = await countingRelay(t, sim.port);
+  const relay = await startRelay(t, { host: '127.0.0.1', port: sim.port });
   const configDir = mkdtempSync(join(tmpdir(), 'sluice-cfg-'));
   const dataDir = mkdtempSync(join(tmpdir(), 'sluice-data-'));
   t.teardown(() => rmSync(configDir, { recursive: true, force: true }));
@@ -121,13 +94,13 @@ t.test('a client that does not read pauses the upstream: sluice holds a bounded 
   let still = 0;
   const deadline = Date.now() + 20_000;
   while (still < 5 && Date.now() < deadline) {
-    const now = relay.sent();
+    const now = relay.fromTarget;
     still = now === last ? still + 1 : 0;
     last = now;
     await pause(100);
   }
   t.equal(still, 5, 'the upstream stopped sending while the client did not read');
-  const held = relay.sent();
+  const held = relay.fromTarget;
   t.comment(`while paused, the router got ${(held / 2 ** 20).toFixed(1)} MiB of ${TOTAL / 2 ** 20} MiB out (kernel socket buffers on three hops included)`);
   t.ok(held < 24 * 2 ** 20, `bounded: ${(held / 2 ** 20).toFixed(1)} MiB < 24 MiB, far below the 64 MiB stream`);
 

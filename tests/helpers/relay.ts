@@ -13,6 +13,8 @@ export interface Relay {
   readonly isCut: boolean;
   /** Connections accepted since start (a test can see that a client came back). */
   readonly accepted: number;
+  /** Bytes relayed from the target to the clients since start (back-pressure tests). */
+  readonly fromTarget: number;
   /** Destroys every piped connection and stops listening: connection attempts are refused. */
   cut(): Promise<void>;
   /** Listens again on the same port. */
@@ -23,6 +25,7 @@ export interface Relay {
 export async function startRelay(t: Test, target: { host: string; port: number }): Promise<Relay> {
   const sockets = new Set<Socket>();
   let accepted = 0;
+  let fromTarget = 0;
   let cut = false;
   const server = net.createServer((client) => {
     accepted++;
@@ -37,6 +40,7 @@ export async function startRelay(t: Test, target: { host: string; port: number }
     };
     client.on('error', drop).on('close', drop);
     upstream.on('error', drop).on('close', drop);
+    upstream.on('data', (c: Buffer) => (fromTarget += c.length));
     client.pipe(upstream);
     upstream.pipe(client);
   });
@@ -51,6 +55,9 @@ export async function startRelay(t: Test, target: { host: string; port: number }
     },
     get accepted() {
       return accepted;
+    },
+    get fromTarget() {
+      return fromTarget;
     },
     async cut() {
       if (cut) return;
