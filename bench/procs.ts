@@ -107,20 +107,26 @@ export interface Sluice extends Proc {
 }
 
 /** One profile whose limits never bind, pointing at the sim; `sluice serve` on the embedded store. */
-export async function startSluice(sim: Proc, o: { nodeFlags?: string[]; env?: NodeJS.ProcessEnv; logLevel?: string } = {}): Promise<Sluice> {
-  const configDir = tempDir('config');
-  writeFileSync(join(configDir, 'profiles.yaml'), `# written by the benchmark: one profile whose limits never bind
+/** A config directory with one profile, `benchmark`, whose limits never bind, and the example tiers. */
+export function benchConfig(routerUrl: string, defaultTier: string): string {
+  const dir = tempDir('config');
+  writeFileSync(join(dir, 'profiles.yaml'), `# written by the benchmark: one profile whose limits never bind
 routers:
   sim:
-    url: ${sim.origin}
+    url: ${routerUrl}
 profiles:
   benchmark:
-    default_tier: fast
+    default_tier: ${defaultTier}
     router: sim
     budget: { daily_usd: 1000000000, monthly_usd: 10000000000 }
     rate_limits: { per_key_per_minute: 100000000, per_user_per_minute: 100000000 }
 `);
-  copyFileSync(join(ROOT, 'config/tiers.yaml'), join(configDir, 'tiers.yaml'));
+  copyFileSync(join(ROOT, 'config/tiers.yaml'), join(dir, 'tiers.yaml'));
+  return dir;
+}
+
+export async function startSluice(sim: Proc, o: { nodeFlags?: string[]; env?: NodeJS.ProcessEnv; logLevel?: string } = {}): Promise<Sluice> {
+  const configDir = benchConfig(sim.origin, 'fast');
   const dataDir = tempDir('data');
   const env: NodeJS.ProcessEnv = { ...process.env, ...o.env, SLUICE_DATA_DIR: dataDir, SLUICE_UPSTREAM_KEY_BENCHMARK: UPSTREAM_KEY, SLUICE_LOG_LEVEL: o.logLevel ?? 'warn' };
   for (const k of ['SLUICE_DATABASE_URL', 'SLUICE_REDIS_URL', 'SLUICE_CONFIG_DIR']) delete env[k];

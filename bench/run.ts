@@ -8,14 +8,14 @@
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { cpus, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { fileURLToPath } from 'node:url';
 import type { LoadJob, LoadResult } from './load.ts';
-import { Loader } from './procs.ts';
+import { benchConfig, Loader } from './procs.ts';
 import { scenarios, type Scenario } from './scenarios.ts';
 
 /** The load generator (bench/load.ts), a child process taking one job at a time. */
@@ -477,22 +477,6 @@ function sluiceEnv(dataDir: string, databaseUrl?: string): NodeJS.ProcessEnv {
   return env;
 }
 
-function writeConfig(sim: Server): string {
-  const dir = tempDir('config');
-  writeFileSync(join(dir, 'profiles.yaml'), `# written by bench/run.ts: one profile whose limits never bind
-routers:
-  sim:
-    url: ${sim.origin}
-profiles:
-  benchmark:
-    default_tier: agent
-    router: sim
-    budget: { daily_usd: 1000000000, monthly_usd: 10000000000 }
-    rate_limits: { per_key_per_minute: 100000000, per_user_per_minute: 100000000 }
-`);
-  copyFileSync(join(ROOT, 'config/tiers.yaml'), join(dir, 'tiers.yaml'));
-  return dir;
-}
 
 async function createKey(configDir: string, env: NodeJS.ProcessEnv): Promise<string> {
   const { proc, output } = start(['cli/sluice.ts', 'keys', 'create', '--profile', 'benchmark', '--name', 'bench', '--config', configDir], env);
@@ -561,7 +545,7 @@ async function guardRedisSpend(): Promise<void> {
 }
 
 async function startSluice(sim: Server, store: StoreKind): Promise<Target> {
-  const configDir = writeConfig(sim);
+  const configDir = benchConfig(sim.origin, 'agent');
   const dataDir = tempDir(`data-${store}`);
   let databaseUrl: string | undefined;
   if (store === 'postgres') {

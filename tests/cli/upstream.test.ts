@@ -3,8 +3,6 @@
 // of each command, the skip rules (router list, local table, a second machine), the env file, the
 // exit codes of bad usage, and every management fault (unreachable, 401, 403, 5xx, a hang).
 
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { chmodSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
@@ -13,12 +11,11 @@ import { openStore } from '../../lib/store/open.ts';
 import type { RequestRow } from '../../lib/store/store.ts';
 import { profilesYaml, startSimWithConfig } from '../helpers/gateway.ts';
 import { freshPostgresUrl } from '../helpers/postgres.ts';
+import { runCli } from '../helpers/processes.ts';
 
-const CLI = new URL('../../cli/sluice.ts', import.meta.url).pathname;
 const PROVISIONING = 'sk-or-v1-provisioning';
 const PROFILES = ['dev', 'assistant', 'tiny', 'nokey'];
 
-interface Run { code: number | null; stdout: string; stderr: string }
 
 async function setup(t: Test, kind: 'sqlite' | 'postgres') {
   const s = await startSimWithConfig(t);
@@ -27,15 +24,7 @@ async function setup(t: Test, kind: 'sqlite' | 'postgres') {
   const env: Record<string, string | undefined> = { ...baseEnv, SLUICE_DATA_DIR: s.dataDir, SLUICE_PROVISIONING_KEY: PROVISIONING, SLUICE_MANAGEMENT_TIMEOUT_S: '2' };
   if (databaseUrl) env.SLUICE_DATABASE_URL = databaseUrl;
   const envFile = join(s.dataDir, 'sluice.env');
-  async function cli(args: string[], extra: Record<string, string | undefined> = {}): Promise<Run> {
-    const child = spawn(process.execPath, [CLI, ...args, '--config', s.configDir], { env: { ...env, ...extra }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c) => (stdout += c));
-    child.stderr.on('data', (c) => (stderr += c));
-    const [code] = (await once(child, 'exit')) as [number | null];
-    return { code, stdout, stderr };
-  }
+  const cli = (args: string[], extra: Record<string, string | undefined> = {}) => runCli([...args, '--config', s.configDir], { ...env, ...extra });
   const store = async () => {
     const st = await openStore({ databaseUrl, dataDir: s.dataDir });
     t.teardown(() => st.close());

@@ -24,6 +24,19 @@ import { startRelay, type Relay } from './relay.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 const CLI = join(ROOT, 'cli/sluice.ts');
+
+export interface CliRun { code: number | null; stdout: string; stderr: string }
+
+/** Runs `sluice ARGS` to its exit in a child process, with exactly `env`; collects both streams. */
+export async function runCli(args: string[], env: NodeJS.ProcessEnv): Promise<CliRun> {
+  const child = spawn(process.execPath, [CLI, ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (c) => (stdout += c));
+  child.stderr.on('data', (c) => (stderr += c));
+  const [code] = (await once(child, 'exit')) as [number | null];
+  return { code, stdout, stderr };
+}
 const REDIS = { host: '127.0.0.1', port: 6379 };
 
 export type LogLine = Record<string, any>;
@@ -75,7 +88,7 @@ export interface Backings {
   /** Starts `sluice serve` on the shared backings and waits for 'sluice listening'. */
   start(opts?: { dataDir?: string; redis?: boolean; env?: Record<string, string> }): Promise<GatewayProcess>;
   /** Runs the admin CLI against the shared database (direct). */
-  cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }>;
+  cli(args: string[]): Promise<CliRun>;
 }
 
 /** Claims a Redis logical database in 1..15 nobody else in this test run holds, in random order. */
@@ -159,16 +172,8 @@ export async function startBackings(t: Test, opts: { extraProfiles?: string } = 
       proc.url = `http://${listening.listen}`;
       return proc;
     },
-    async cli(args) {
-      const child = spawn(process.execPath, [CLI, ...args, '--config', configDir], {
-        cwd: ROOT, env: { ...baseEnv, SLUICE_DATABASE_URL: databaseUrl, SLUICE_DATA_DIR: scratch }, stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      let stdout = '';
-      let stderr = '';
-      child.stdout.on('data', (c) => (stdout += c));
-      child.stderr.on('data', (c) => (stderr += c));
-      const [code] = (await once(child, 'exit')) as [number | null];
-      return { code, stdout, stderr };
+    cli(args) {
+      return runCli([...args, '--config', configDir], { ...baseEnv, SLUICE_DATABASE_URL: databaseUrl, SLUICE_DATA_DIR: scratch });
     },
   };
 }
