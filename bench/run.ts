@@ -1,6 +1,7 @@
 // `npm run bench [-- --store sqlite|postgres|both] [--warmup S]`: the same load against the simulated
-// router directly, two minimal proxies (bench/floor-proxy.ts: node:http + http.request, the floor
-// the targets are judged against; bench/floor-undici.ts: node:http + undici Pool.stream) and the real
+// router directly, three minimal proxies (bench/floor-proxy.ts: node:http + http.request, the floor
+// the targets are judged against; bench/floor-undici.ts: node:http + undici Pool.stream;
+// bench/floor-hp3.ts: the proxy core alone, http-proxy-3 as sluice drives it) and the real
 // sluice (keys, records and the usage tap on), each in its own process, the load generator in
 // another (bench/load.ts). Prints Markdown tables with the targets met, ready for the README.
 // Every process it starts is killed and every temporary directory and database removed, on error too.
@@ -450,17 +451,28 @@ async function startSim(): Promise<Server> {
   return { name: 'sim', proc, pid: proc.pid!, origin: m[1]!, output };
 }
 
+/** Node's flags to write a CPU profile of the server `name` into PROFILE_DIR (none without --profile). */
+function profileArgs(name: string): string[] {
+  return PROFILE_DIR ? ['--cpu-prof', '--cpu-prof-dir', PROFILE_DIR, '--cpu-prof-name', `${name}-${Date.now()}.cpuprofile`] : [];
+}
+
 async function startFloorUndici(sim: Server): Promise<Server> {
-  const { proc, output } = start(['bench/floor-undici.ts', '--listen', '127.0.0.1:0', '--target', `${sim.origin}/api`], process.env);
+  const { proc, output } = start([...profileArgs('floor-undici'), 'bench/floor-undici.ts', '--listen', '127.0.0.1:0', '--target', `${sim.origin}/api`], process.env);
   const m = await waitForOutput('floor-undici', proc, output, /listening (http:\/\/\S+)/);
   return { name: 'floor-undici', proc, pid: proc.pid!, origin: m[1]!, output };
+}
+
+async function startFloorHp3(sim: Server): Promise<Server> {
+  const { proc, output } = start([...profileArgs('floor-hp3'), 'bench/floor-hp3.ts', '--listen', '127.0.0.1:0', '--target', `${sim.origin}/api`], process.env);
+  const m = await waitForOutput('floor-hp3', proc, output, /listening (http:\/\/\S+)/);
+  return { name: 'floor-hp3', proc, pid: proc.pid!, origin: m[1]!, output };
 }
 
 /** The http floor carries the event-loop probe too: its delays under the same load are the machine's, not sluice's. */
 const FLOOR_ELD_FILE = join(tempDir('eld-floor'), 'eld.jsonl');
 
 async function startFloor(sim: Server): Promise<Server> {
-  const { proc, output } = start(['--import', './bench/eld-probe.ts', 'bench/floor-proxy.ts', '--listen', '127.0.0.1:0', '--target', `${sim.origin}/api`], { ...process.env, BENCH_ELD_FILE: FLOOR_ELD_FILE });
+  const { proc, output } = start([...profileArgs('floor'), '--import', './bench/eld-probe.ts', 'bench/floor-proxy.ts', '--listen', '127.0.0.1:0', '--target', `${sim.origin}/api`], { ...process.env, BENCH_ELD_FILE: FLOOR_ELD_FILE });
   const m = await waitForOutput('floor', proc, output, /listening (http:\/\/\S+)/);
   return { name: 'floor', proc, pid: proc.pid!, origin: m[1]!, output };
 }
@@ -561,11 +573,10 @@ async function startSluice(sim: Server, store: StoreKind): Promise<Target> {
   const key = await createKey(configDir, env);
   const port = await freePort();
   const name = `sluice-${store}`;
-  const profile = PROFILE_DIR ? ['--cpu-prof', '--cpu-prof-dir', PROFILE_DIR, '--cpu-prof-name', `${name}-${Date.now()}.cpuprofile`] : [];
   // The event-loop delay probe rides along as a preload: sluice itself is unchanged.
   const eldFile = join(tempDir(`eld-${store}`), 'eld.jsonl');
   env.BENCH_ELD_FILE = eldFile;
-  const { proc, output } = start([...profile, '--import', './bench/eld-probe.ts', 'cli/sluice.ts', 'serve', '--config', configDir, '--listen', `127.0.0.1:${port}`], env);
+  const { proc, output } = start([...profileArgs(name), '--import', './bench/eld-probe.ts', 'cli/sluice.ts', 'serve', '--config', configDir, '--listen', `127.0.0.1:${port}`], env);
   const origin = `http://127.0.0.1:${port}`;
   await waitForHealth(name, proc, output, origin);
   const server: Server = { name, proc, pid: proc.pid!, origin, output };
@@ -636,7 +647,7 @@ function ms(n: number): string {
 }
 
 function report(
-  store: StoreKind, list: Scenario[], results: Map<string, Map<string, Measure>>, sim: Target, floor: Target, floorU: Target, sluice: Target,
+  store: StoreKind, list: Scenario[], results: Map<string, Map<string, Measure>>, sim: Target, floor: Target, floorU: Target, floorH: Target, sluice: Target,
   rows: { rows: number; ok: number }, nodeVersion: string, others: Array<{ label: string; rss: number }>,
 ): { text: string; verdicts: Verdict[] } {
   const verdicts: Verdict[] = [];
@@ -644,16 +655,16 @@ function report(
   const storeTitle = store === 'sqlite' ? 'embedded store (SQLite, counters in memory)' : 'Postgres + Redis';
   const get = (s: Scenario, t: Target) => results.get(s.name)!.get(t.name)!;
   lines.push(`### sluice benchmark: ${storeTitle}`, '');
-  lines.push(`Node ${nodeVersion} on ${cpus().length} CPUs; sim, both floors, sluice and the load generator each in its own process. Warm-up: ${WARMUP_SECONDS} s per target and scenario before anything is measured (V8 optimises the hot path in the first seconds). Each figure: ${SECONDS} s cut into ${ROUNDS} slices taken in turn across the targets. Throughput: closed loop, 32 keep-alive connections (median slice). Latency: open loop at ${LATENCY_RATES.join(' and ')} req/s, request start to last byte; "added" is the target's p50/p99 minus the direct sim's. CPU: the server process's utime+stime (/proc) per request during the throughput slices. Floors: \`http.request\` (bench/floor-proxy.ts) and undici \`Pool.stream\` (bench/floor-undici.ts).`, '');
-  lines.push('| scenario | sim req/s | http floor | undici floor | sluice req/s | / http floor | / undici floor | target (/ http floor) |');
-  lines.push('|---|---:|---:|---:|---:|---:|---:|---|');
+  lines.push(`Node ${nodeVersion} on ${cpus().length} CPUs; sim, both floors, sluice and the load generator each in its own process. Warm-up: ${WARMUP_SECONDS} s per target and scenario before anything is measured (V8 optimises the hot path in the first seconds). Each figure: ${SECONDS} s cut into ${ROUNDS} slices taken in turn across the targets. Throughput: closed loop, 32 keep-alive connections (median slice). Latency: open loop at ${LATENCY_RATES.join(' and ')} req/s, request start to last byte; "added" is the target's p50/p99 minus the direct sim's. CPU: the server process's utime+stime (/proc) per request during the throughput slices. Floors: \`http.request\` (bench/floor-proxy.ts), undici \`Pool.stream\` (bench/floor-undici.ts) and the proxy core alone, http-proxy-3 as sluice drives it (bench/floor-hp3.ts).`, '');
+  lines.push('| scenario | sim req/s | http floor | undici floor | http-proxy-3 floor | sluice req/s | / http floor | / undici floor | target (/ http floor) |');
+  lines.push('|---|---:|---:|---:|---:|---:|---:|---:|---|');
   const ratioTarget: Record<string, number> = { 'chat-2k': TARGETS.chatVsFloor, 'stream-20': TARGETS.streamVsFloor, 'messages-300k': TARGETS.bigVsFloor };
   for (const s of list) {
-    const [a, f, u, g] = [sim, floor, floorU, sluice].map((t) => get(s, t).rps) as [number, number, number, number];
+    const [a, f, u, h, g] = [sim, floor, floorU, floorH, sluice].map((t) => get(s, t).rps) as [number, number, number, number, number];
     const want = ratioTarget[s.name]!;
     const ok = g / f >= want;
     verdicts.push({ what: `${s.title} ≥ ${want}× floor`, ok });
-    lines.push(`| ${s.title} | ${fmt(a)} | ${fmt(f)} | ${fmt(u)} | ${fmt(g)} | ${(g / f).toFixed(2)}× | ${(g / u).toFixed(2)}× | ≥ ${want}× ${mark(ok)} |`);
+    lines.push(`| ${s.title} | ${fmt(a)} | ${fmt(f)} | ${fmt(u)} | ${fmt(h)} | ${fmt(g)} | ${(g / f).toFixed(2)}× | ${(g / u).toFixed(2)}× | ≥ ${want}× ${mark(ok)} |`);
   }
   lines.push('');
   lines.push('| scenario | rate | sim p50 / p99 (ms) | http floor added p50 / p99 | undici floor added | sluice added | target (vs http floor) |');
@@ -674,17 +685,17 @@ function report(
     }
   }
   lines.push('');
-  lines.push('| scenario | http floor CPU µs/req | undici floor | sluice | sluice / http floor | sluice / undici floor | target |');
-  lines.push('|---|---:|---:|---:|---:|---:|---|');
+  lines.push('| scenario | http floor CPU µs/req | undici floor | http-proxy-3 floor | sluice | sluice / http floor | sluice / undici floor | http-proxy-3 floor / http floor | target |');
+  lines.push('|---|---:|---:|---:|---:|---:|---:|---:|---|');
   for (const s of list) {
-    const [f, u, g] = [floor, floorU, sluice].map((t) => get(s, t).cpu) as [number, number, number];
+    const [f, u, h, g] = [floor, floorU, floorH, sluice].map((t) => get(s, t).cpu) as [number, number, number, number];
     let target = '—';
     if (s.name === 'chat-2k') {
       const ok = g / f <= TARGETS.cpuChat;
       verdicts.push({ what: `CPU ≤ ${TARGETS.cpuChat}× floor per 2 KB request`, ok });
       target = `≤ ${TARGETS.cpuChat}× ${mark(ok)}`;
     }
-    lines.push(`| ${s.title} | ${fmt(f)} | ${fmt(u)} | ${fmt(g)} | ${(g / f).toFixed(2)}× | ${(g / u).toFixed(2)}× | ${target} |`);
+    lines.push(`| ${s.title} | ${fmt(f)} | ${fmt(u)} | ${fmt(h)} | ${fmt(g)} | ${(g / f).toFixed(2)}× | ${(g / u).toFixed(2)}× | ${(h / f).toFixed(2)}× | ${target} |`);
   }
   lines.push('');
   const elds = list.map((s) => get(s, sluice).eld).filter((e): e is { p99: number; max: number } => e !== undefined);
@@ -701,21 +712,21 @@ function report(
   }
   const rssOk = (sluice.peakRss ?? Infinity) <= (floorU.peakRss ?? 0);
   verdicts.push({ what: 'sluice peak RSS ≤ undici floor peak RSS', ok: rssOk });
-  lines.push(`Peak RSS (VmHWM, MiB): ${[sluice, floor, floorU, sim].map((t) => `${t.label} ${fmt(t.peakRss ?? NaN, 1)}`).concat(others.map((o) => `${o.label} ${fmt(o.rss, 1)}`)).join(', ')}: target sluice ≤ undici floor ${mark(rssOk)}`, '');
+  lines.push(`Peak RSS (VmHWM, MiB): ${[sluice, floor, floorU, floorH, sim].map((t) => `${t.label} ${fmt(t.peakRss ?? NaN, 1)}`).concat(others.map((o) => `${o.label} ${fmt(o.rss, 1)}`)).join(', ')}: target sluice ≤ undici floor ${mark(rssOk)}`, '');
 
   // Correctness: sluice answered everything 2xx and recorded one row per request. The sim and the
   // floors are references: their failures are shown (they must be 0 too) but judge nothing about sluice.
   const failuresOf = (t: Target) => list.reduce((n, s) => n + get(s, t).failures, 0);
-  const [simFail, floorFail, floorUFail, sluiceFail] = [sim, floor, floorU, sluice].map(failuresOf);
+  const [simFail, floorFail, floorUFail, floorHFail, sluiceFail] = [sim, floor, floorU, floorH, sluice].map(failuresOf);
   verdicts.push({ what: 'sluice answered every request 2xx', ok: sluiceFail === 0, correctness: true });
   const rowsOk = rows.rows === sluice.sent && rows.ok === sluice.sent;
   verdicts.push({ what: 'one row per request', ok: rowsOk, correctness: true });
-  lines.push(`Non-2xx responses and transport errors (warm-ups included): sim ${simFail} ${mark(simFail === 0)}, http floor ${floorFail} ${mark(floorFail === 0)}, undici floor ${floorUFail} ${mark(floorUFail === 0)}, sluice ${sluiceFail} ${mark(sluiceFail === 0)}. Rows recorded by sluice: ${fmt(rows.rows)} (${fmt(rows.ok)} ok) for ${fmt(sluice.sent)} requests sent ${mark(rowsOk)}.`, '');
+  lines.push(`Non-2xx responses and transport errors (warm-ups included): sim ${simFail} ${mark(simFail === 0)}, http floor ${floorFail} ${mark(floorFail === 0)}, undici floor ${floorUFail} ${mark(floorUFail === 0)}, http-proxy-3 floor ${floorHFail} ${mark(floorHFail === 0)}, sluice ${sluiceFail} ${mark(sluiceFail === 0)}. Rows recorded by sluice: ${fmt(rows.rows)} (${fmt(rows.ok)} ok) for ${fmt(sluice.sent)} requests sent ${mark(rowsOk)}.`, '');
   lines.push('<details><summary>details</summary>', '');
   lines.push(`| scenario | target | req/s | ${LATENCY_RATES.map((r) => `p50 / p90 / p99 / max at ${r} req/s (ms)`).join(' | ')} | CPU µs/req (server: user + sys) | CPU µs/req (sim) | CPU µs/req (load gen) |`);
   lines.push(`|---|---|---:|${LATENCY_RATES.map(() => '---|').join('')}---:|---:|---:|`);
   for (const s of list) {
-    for (const t of [sim, floor, floorU, sluice]) {
+    for (const t of [sim, floor, floorU, floorH, sluice]) {
       const m = get(s, t);
       const lat = LATENCY_RATES.map((r) => { const l = m.lats.get(r)!; return `${l.p50.toFixed(2)} / ${l.p90.toFixed(2)} / ${l.p99.toFixed(2)} / ${l.max.toFixed(2)}`; }).join(' | ');
       lines.push(`| ${s.title} | ${t.label} | ${fmt(m.rps)} | ${lat} | ${fmt(m.cpu - m.cpuSys)} + ${fmt(m.cpuSys)} | ${fmt(m.simCpu)} | ${fmt(m.loadCpu)} |`);
@@ -736,21 +747,23 @@ async function main(): Promise<number> {
   const stores = parseStores();
   const list = scenarios().filter((s) => !ONLY || ONLY.includes(s.name));
   if (list.length === 0) throw new Error(`--only names no scenario; there are ${scenarios().map((s) => s.name).join(', ')}`);
-  const total = list.length * (3 + stores.length) * (WARMUP_SECONDS + (1 + LATENCY_RATES.length) * SECONDS);
+  const total = list.length * (4 + stores.length) * (WARMUP_SECONDS + (1 + LATENCY_RATES.length) * SECONDS);
   log(`stores: ${stores.join(', ')}${PIN ? '; pinned: the measured server alone on the last CPU' : ''}; about ${Math.round(total + 10)} s`);
 
   const sim = await startSim();
   const floor = await startFloor(sim);
   const floorUndici = await startFloorUndici(sim);
+  const floorHp3 = await startFloorHp3(sim);
   const simT: Target = { name: 'sim', label: 'sim (direct)', server: sim, prefix: '/api', auth: UPSTREAM_KEY, sluice: false, sent: 0 };
   const floorT: Target = { name: 'floor', label: 'http floor', server: floor, prefix: '', auth: UPSTREAM_KEY, sluice: false, sent: 0, eldFile: FLOOR_ELD_FILE };
   const floorUT: Target = { name: 'floor-undici', label: 'undici floor', server: floorUndici, prefix: '', auth: UPSTREAM_KEY, sluice: false, sent: 0 };
+  const floorHT: Target = { name: 'floor-hp3', label: 'http-proxy-3 floor', server: floorHp3, prefix: '', auth: UPSTREAM_KEY, sluice: false, sent: 0 };
   const sluices: Target[] = [];
   for (const store of stores) sluices.push(await startSluice(sim, store));
   const load: LoadClient = new Loader<Omit<LoadJob, 'id'>, LoadResult>('bench/load.ts');
   await load.ready;
 
-  const targets = [simT, floorT, floorUT, ...sluices];
+  const targets = [simT, floorT, floorUT, floorHT, ...sluices];
   const results = new Map<string, Map<string, Measure>>();
   for (const s of list) results.set(s.name, await measureScenario(load, sim, targets, s));
   const loadRss = peakRssMiB(load.pid);
@@ -761,6 +774,7 @@ async function main(): Promise<number> {
   for (const t of sluices) rows.set(t.name, await t.stopAndCount!());
   await stop(floor);
   await stop(floorUndici);
+  await stop(floorHp3);
   await stop(sim);
 
   const out: string[] = [];
@@ -769,7 +783,7 @@ async function main(): Promise<number> {
   const summary: string[] = [];
   for (const t of sluices) {
     const others = [...sluices.filter((x) => x !== t).map((x) => ({ label: x.label, rss: x.peakRss ?? NaN })), { label: 'load generator', rss: loadRss }];
-    const { text, verdicts } = report(t.store!, list, results, simT, floorT, floorUT, t, rows.get(t.name)!, process.versions.node, others);
+    const { text, verdicts } = report(t.store!, list, results, simT, floorT, floorUT, floorHT, t, rows.get(t.name)!, process.versions.node, others);
     out.push(text);
     const met = verdicts.filter((v) => v.ok).length;
     if (verdicts.some((v) => v.correctness && !v.ok)) correct = false;
