@@ -125,6 +125,15 @@ profiles:
   return dir;
 }
 
+/**
+ * The Node flags sluice runs with in production: those of the systemd unit's ExecStart, between
+ * the node binary and the script (the benchmarks measure sluice as it is installed).
+ */
+export function serveNodeFlags(): string[] {
+  const exec = /^ExecStart=(.*)$/m.exec(readFileSync(join(ROOT, 'systemd/sluice.service'), 'utf8'))![1]!.split(' ');
+  return exec.slice(1, exec.findIndex((a) => a.endsWith('cli/sluice.ts')));
+}
+
 export async function startSluice(sim: Proc, o: { nodeFlags?: string[]; env?: NodeJS.ProcessEnv; logLevel?: string } = {}): Promise<Sluice> {
   const configDir = benchConfig(sim.origin, 'fast');
   const dataDir = tempDir('data');
@@ -136,7 +145,7 @@ export async function startSluice(sim: Proc, o: { nodeFlags?: string[]; env?: No
   if (code !== 0 || !key) throw new Error(`keys create failed (${code}):\n${mint.output()}`);
   const port = await freePort();
   const origin = `http://127.0.0.1:${port}`;
-  const p = run(['cli/sluice.ts', 'serve', '--config', configDir, '--listen', `127.0.0.1:${port}`], env, o.nodeFlags);
+  const p = run(['cli/sluice.ts', 'serve', '--config', configDir, '--listen', `127.0.0.1:${port}`], env, [...serveNodeFlags(), ...(o.nodeFlags ?? [])]);
   await waitFor('sluice', p, async () => (await fetch(`${origin}/health`)).ok);
   return {
     ...p, origin, key, dataDir,

@@ -16,7 +16,7 @@ import { join, resolve } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { fileURLToPath } from 'node:url';
 import type { LoadJob, LoadResult } from './load.ts';
-import { benchConfig, Loader } from './procs.ts';
+import { benchConfig, Loader, serveNodeFlags } from './procs.ts';
 import { scenarios, type Scenario } from './scenarios.ts';
 
 /** The load generator (bench/load.ts), a child process taking one job at a time. */
@@ -226,9 +226,13 @@ async function stop(s: Server, signal: NodeJS.Signals = 'SIGTERM', timeoutMs = 2
   return code as number | null;
 }
 
-/** utime and stime of a process, in microseconds. */
-function cpuUs(pid: number): { user: number; sys: number } {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+/**
+ * utime and stime of a process (all its threads), in microseconds. With `thread`, of that thread
+ * alone: the main thread (thread id = pid) is the event loop; the rest are V8's helpers (GC,
+ * compiler) and sluice's SQLite worker.
+ */
+function cpuUs(pid: number, thread?: number): { user: number; sys: number } {
+  const stat = readFileSync(thread === undefined ? `/proc/${pid}/stat` : `/proc/${pid}/task/${thread}/stat`, 'utf8');
   const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   // Fields after the command name start at field 3 (state); utime is field 14, stime field 15.
   return { user: (Number(rest[11]) * 1e6) / CLK_TCK, sys: (Number(rest[12]) * 1e6) / CLK_TCK };
@@ -261,7 +265,10 @@ interface Target {
 }
 
 /** With the probe loaded (sluice): the event-loop delays since the last mark; the probe starts over. */
-async function eldMark(t: Target): Promise<Array<{ p99_ms: number; max_ms: number }>> {
+/** One mark of bench/eld-probe.ts: loop delay, main-thread GC pauses and V8 heap since the last mark. */
+interface EldMark { p99_ms: number; max_ms: number; gc_max_ms: number; gc_major_ms: number; heap_mib: number }
+
+async function eldMark(t: Target): Promise<EldMark[]> {
   if (!t.eldFile) return [];
   const read = () => {
     try {
@@ -329,13 +336,15 @@ interface Measure {
   /** The same at each of LATENCY_RATES. */
   lats: Map<number, Lat>;
   /** Event-loop delay of the server during its slices (sluice only: bench/eld-probe.ts). */
-  eld?: { p99: number; max: number };
+  eld?: { p99: number; max: number; gcMax: number; gcMajor: number; heap: number };
   /** Non-2xx answers and transport errors, warm-up included. */
   failures: number;
   /** CPU µs per request of the target's own process during the throughput slices (user + system). */
   cpu: number;
   /** The system (kernel) part of `cpu`. */
   cpuSys: number;
+  /** The main thread's (the event loop's) part of `cpu`. */
+  cpuMain: number;
   /** CPU µs per request of the sim process during the same slices (the sim is behind every target). */
   simCpu: number;
   loadCpu: number;
@@ -367,8 +376,8 @@ function median(xs: number[]): number {
 async function measureScenario(load: LoadClient, sim: Server, targets: Target[], s: Scenario): Promise<Map<string, Measure>> {
   const sliceMs = (SECONDS * 1000) / ROUNDS;
   const acc = new Map(targets.map((t) => [t.name, {
-    rps: [] as number[], n: 0, user: 0, sys: 0, sim: 0, load: 0, failures: 0,
-    samples: new Map<number, number[]>(LATENCY_RATES.map((r) => [r, []])), eld: [] as Array<{ p99_ms: number; max_ms: number }>,
+    rps: [] as number[], n: 0, user: 0, sys: 0, main: 0, sim: 0, load: 0, failures: 0,
+    samples: new Map<number, number[]>(LATENCY_RATES.map((r) => [r, []])), eld: [] as EldMark[],
   }]));
   const tally = (t: Target, r: LoadResult, what: string) => {
     t.sent += r.sent;
@@ -387,12 +396,14 @@ async function measureScenario(load: LoadClient, sim: Server, targets: Target[],
       pin(t.server.pid, [sim.pid, load.pid, ...targets.map((x) => x.server.pid)]);
       const a = acc.get(t.name)!;
       const c0 = cpuUs(t.server.pid);
+      const m0 = cpuUs(t.server.pid, t.server.pid);
       const s0 = cpuUs(sim.pid);
       const l0 = cpuUs(load.pid);
       await eldMark(t);
       const r = await load.run({ ...jobFor(t, s), mode: 'closed', connections: s.connections, durationMs: sliceMs });
       a.eld.push(...(await eldMark(t)));
       const c1 = cpuUs(t.server.pid);
+      const m1 = cpuUs(t.server.pid, t.server.pid);
       const s1 = cpuUs(sim.pid);
       const l1 = cpuUs(load.pid);
       tally(t, r, 'throughput');
@@ -400,6 +411,7 @@ async function measureScenario(load: LoadClient, sim: Server, targets: Target[],
       a.n += r.ok + r.non2xx;
       a.user += c1.user - c0.user;
       a.sys += c1.sys - c0.sys;
+      a.main += m1.user + m1.sys - m0.user - m0.sys;
       a.sim += s1.user + s1.sys - s0.user - s0.sys;
       a.load += l1.user + l1.sys - l0.user - l0.sys;
     }
@@ -430,12 +442,15 @@ async function measureScenario(load: LoadClient, sim: Server, targets: Target[],
       lat: lats.get(LATENCY_RATE)!,
       lats,
       // The worst slice's p99 and the largest single delay: a stall anywhere shows.
-      eld: a.eld.length ? { p99: Math.max(...a.eld.map((e) => e.p99_ms)), max: Math.max(...a.eld.map((e) => e.max_ms)) } : undefined,
+      eld: a.eld.length ? {
+        p99: Math.max(...a.eld.map((e) => e.p99_ms)), max: Math.max(...a.eld.map((e) => e.max_ms)),
+        gcMax: Math.max(...a.eld.map((e) => e.gc_max_ms)), gcMajor: Math.max(...a.eld.map((e) => e.gc_major_ms)), heap: Math.max(...a.eld.map((e) => e.heap_mib)),
+      } : undefined,
       failures: a.failures,
-      cpu: (a.user + a.sys) / a.n, cpuSys: a.sys / a.n, simCpu: a.sim / a.n, loadCpu: a.load / a.n,
+      cpu: (a.user + a.sys) / a.n, cpuSys: a.sys / a.n, cpuMain: a.main / a.n, simCpu: a.sim / a.n, loadCpu: a.load / a.n,
     };
     const lat = [...lats].map(([rate, l]) => `@${rate} p50 ${l.p50.toFixed(2)} p99 ${l.p99.toFixed(2)}`).join('  ');
-    log(`${t.label.padEnd(24)} ${s.title.padEnd(18)} ${m.rps.toFixed(0).padStart(6)} req/s (slices ${a.rps.map((x) => x.toFixed(0)).join(' ')})  ${lat} ms  cpu ${m.cpu.toFixed(0)} µs/req${m.eld ? `  loop delay p99 ${m.eld.p99.toFixed(1)} max ${m.eld.max.toFixed(1)} ms` : ''}`);
+    log(`${t.label.padEnd(24)} ${s.title.padEnd(18)} ${m.rps.toFixed(0).padStart(6)} req/s (slices ${a.rps.map((x) => x.toFixed(0)).join(' ')})  ${lat} ms  cpu ${m.cpu.toFixed(0)} µs/req${m.eld ? `  loop delay p99 ${m.eld.p99.toFixed(1)} max ${m.eld.max.toFixed(1)} ms, longest GC pause ${m.eld.gcMax.toFixed(1)} ms (major ${m.eld.gcMajor.toFixed(1)}), V8 heap ≤ ${m.eld.heap.toFixed(0)} MiB` : ''}`);
     out.set(t.name, m);
   }
   return out;
@@ -576,7 +591,7 @@ async function startSluice(sim: Server, store: StoreKind): Promise<Target> {
   // The event-loop delay probe rides along as a preload: sluice itself is unchanged.
   const eldFile = join(tempDir(`eld-${store}`), 'eld.jsonl');
   env.BENCH_ELD_FILE = eldFile;
-  const { proc, output } = start([...profileArgs(name), '--import', './bench/eld-probe.ts', 'cli/sluice.ts', 'serve', '--config', configDir, '--listen', `127.0.0.1:${port}`], env);
+  const { proc, output } = start([...profileArgs(name), ...serveNodeFlags(), '--import', './bench/eld-probe.ts', 'cli/sluice.ts', 'serve', '--config', configDir, '--listen', `127.0.0.1:${port}`], env);
   const origin = `http://127.0.0.1:${port}`;
   await waitForHealth(name, proc, output, origin);
   const server: Server = { name, proc, pid: proc.pid!, origin, output };
@@ -698,13 +713,13 @@ function report(
     lines.push(`| ${s.title} | ${fmt(f)} | ${fmt(u)} | ${fmt(h)} | ${fmt(g)} | ${(g / f).toFixed(2)}× | ${(g / u).toFixed(2)}× | ${(h / f).toFixed(2)}× | ${target} |`);
   }
   lines.push('');
-  const elds = list.map((s) => get(s, sluice).eld).filter((e): e is { p99: number; max: number } => e !== undefined);
+  const elds = list.map((s) => get(s, sluice).eld).filter((e) => e !== undefined);
   if (elds.length > 0) {
     const p99 = Math.max(...elds.map((e) => e.p99));
     const max = Math.max(...elds.map((e) => e.max));
     const ok = max <= TARGETS.eldMax;
     verdicts.push({ what: `no event-loop stall over ${TARGETS.eldMax} ms`, ok });
-    lines.push(`Event-loop delay of sluice under load (monitorEventLoopDelay over all its slices, worst slice): p99 ${p99.toFixed(2)} ms, max ${max.toFixed(2)} ms: target max ≤ ${TARGETS.eldMax} ms ${mark(ok)}. Per scenario: ${list.map((s) => { const e = get(s, sluice).eld; return e ? `${s.title} p99 ${e.p99.toFixed(2)} / max ${e.max.toFixed(2)}` : ''; }).filter(Boolean).join('; ')}.`, '');
+    lines.push(`Event-loop delay of sluice under load (monitorEventLoopDelay over all its slices, worst slice): p99 ${p99.toFixed(2)} ms, max ${max.toFixed(2)} ms: target max ≤ ${TARGETS.eldMax} ms ${mark(ok)}. Per scenario: ${list.map((s) => { const e = get(s, sluice).eld; return e ? `${s.title} p99 ${e.p99.toFixed(2)} / max ${e.max.toFixed(2)} (longest main-thread GC pause ${e.gcMax.toFixed(1)} ms, of a major GC ${e.gcMajor.toFixed(1)} ms; V8 heap ≤ ${e.heap.toFixed(0)} MiB)` : ''; }).filter(Boolean).join('; ')}.`, '');
     // The same probe in the http floor: on a machine where sim, load generator and server share the
     // CPUs, the kernel's descheduling shows as loop delay in any process, the floor included.
     const floorElds = list.map((s) => [s, get(s, floor).eld] as const).filter(([, e]) => e !== undefined);
@@ -723,13 +738,13 @@ function report(
   verdicts.push({ what: 'one row per request', ok: rowsOk, correctness: true });
   lines.push(`Non-2xx responses and transport errors (warm-ups included): sim ${simFail} ${mark(simFail === 0)}, http floor ${floorFail} ${mark(floorFail === 0)}, undici floor ${floorUFail} ${mark(floorUFail === 0)}, http-proxy-3 floor ${floorHFail} ${mark(floorHFail === 0)}, sluice ${sluiceFail} ${mark(sluiceFail === 0)}. Rows recorded by sluice: ${fmt(rows.rows)} (${fmt(rows.ok)} ok) for ${fmt(sluice.sent)} requests sent ${mark(rowsOk)}.`, '');
   lines.push('<details><summary>details</summary>', '');
-  lines.push(`| scenario | target | req/s | ${LATENCY_RATES.map((r) => `p50 / p90 / p99 / max at ${r} req/s (ms)`).join(' | ')} | CPU µs/req (server: user + sys) | CPU µs/req (sim) | CPU µs/req (load gen) |`);
-  lines.push(`|---|---|---:|${LATENCY_RATES.map(() => '---|').join('')}---:|---:|---:|`);
+  lines.push(`| scenario | target | req/s | ${LATENCY_RATES.map((r) => `p50 / p90 / p99 / max at ${r} req/s (ms)`).join(' | ')} | CPU µs/req (server: user + sys) | of which main thread | CPU µs/req (sim) | CPU µs/req (load gen) |`);
+  lines.push(`|---|---|---:|${LATENCY_RATES.map(() => '---|').join('')}---:|---:|---:|---:|`);
   for (const s of list) {
     for (const t of [sim, floor, floorU, floorH, sluice]) {
       const m = get(s, t);
       const lat = LATENCY_RATES.map((r) => { const l = m.lats.get(r)!; return `${l.p50.toFixed(2)} / ${l.p90.toFixed(2)} / ${l.p99.toFixed(2)} / ${l.max.toFixed(2)}`; }).join(' | ');
-      lines.push(`| ${s.title} | ${t.label} | ${fmt(m.rps)} | ${lat} | ${fmt(m.cpu - m.cpuSys)} + ${fmt(m.cpuSys)} | ${fmt(m.simCpu)} | ${fmt(m.loadCpu)} |`);
+      lines.push(`| ${s.title} | ${t.label} | ${fmt(m.rps)} | ${lat} | ${fmt(m.cpu - m.cpuSys)} + ${fmt(m.cpuSys)} | ${fmt(m.cpuMain)} | ${fmt(m.simCpu)} | ${fmt(m.loadCpu)} |`);
     }
   }
   lines.push('', '</details>', '');

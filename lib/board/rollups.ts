@@ -125,21 +125,33 @@ function targets(row: RequestRow): Target[] {
   return out;
 }
 
-function bucketOf(grain: Grain, ts: string): string {
-  return grain === 'h' ? ts.slice(0, 13) : grain === 'd' ? ts.slice(0, 10) : '';
-}
-
-/** Collects deltas keyed by their identity, merging repeats (one upsert per key per batch). */
+/**
+ * Collects deltas keyed by their identity, merging repeats (one upsert per key per batch). It runs
+ * for every row written (in the store's thread), so it keeps to cheap steps: a row's hour and day
+ * are cut from its timestamp once, not per target.
+ */
 class Collector {
   readonly rollups = new Map<string, RollupDelta>();
   readonly hist = new Map<string, HistDelta>();
+  private ts = '';
+  private hour = '';
+  private day = '';
+
+  private bucketOf(grain: Grain, ts: string): string {
+    if (ts !== this.ts) {
+      this.ts = ts;
+      this.hour = ts.slice(0, 13);
+      this.day = ts.slice(0, 10);
+    }
+    return grain === 'h' ? this.hour : grain === 'd' ? this.day : '';
+  }
 
   add(grain: Grain, ts: string, dim: string, key: string, sums: Partial<Sums>, note = ''): void {
-    const bucket = bucketOf(grain, ts);
-    const id = `${grain}${SEP}${bucket}${SEP}${dim}${SEP}${key}`;
+    const bucket = this.bucketOf(grain, ts);
+    const id = grain + SEP + bucket + SEP + dim + SEP + key;
     let r = this.rollups.get(id);
     if (!r) this.rollups.set(id, (r = { grain, bucket, dim, key, ...ZERO_SUMS, first_ts: ts, last_ts: ts, note }));
-    for (const [k, v] of Object.entries(sums) as Array<[keyof Sums, number]>) r[k] += v;
+    for (const k in sums) r[k as keyof Sums] += sums[k as keyof Sums]!;
     if (ts < r.first_ts) r.first_ts = ts;
     if (ts >= r.last_ts) {
       r.last_ts = ts;
@@ -150,8 +162,8 @@ class Collector {
   addHist(grain: Grain, ts: string, dim: string, key: string, metric: Metric, ms: number | null): void {
     if (ms === null || !Number.isFinite(ms)) return;
     const idx = histIndex(ms);
-    const bucket = bucketOf(grain, ts);
-    const id = `${grain}${SEP}${bucket}${SEP}${dim}${SEP}${key}${SEP}${metric}${SEP}${idx}`;
+    const bucket = this.bucketOf(grain, ts);
+    const id = grain + SEP + bucket + SEP + dim + SEP + key + SEP + metric + SEP + idx;
     const h = this.hist.get(id);
     if (h) h.n += 1;
     else this.hist.set(id, { grain, bucket, dim, key, metric, idx, n: 1 });

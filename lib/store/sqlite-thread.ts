@@ -18,7 +18,9 @@ function toError(e: Extract<Reply, { ok: false }>['error']): Error {
 }
 
 export function openSqliteThreadStore(file: string): Store {
-  const worker = new Worker(new URL('./sqlite-worker.ts', import.meta.url), { workerData: { file } });
+  // A small young generation: the worker's garbage is row batches, and V8's default growth (to 32
+  // MiB and more) would only add RSS.
+  const worker = new Worker(new URL('./sqlite-worker.ts', import.meta.url), { workerData: { file }, resourceLimits: { maxYoungGenerationSizeMb: 8 } });
   worker.unref();
   const waiting = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
   let next = 0;
