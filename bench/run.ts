@@ -52,7 +52,7 @@ function option(name: string): string | undefined {
   return i === -1 ? undefined : process.argv[i + 1];
 }
 
-/** `--profile DIR`: sluice runs under `node --cpu-prof`, one .cpuprofile per process in DIR. */
+/** `--profile DIR`: sluice and the floors run under `node --cpu-prof`, one .cpuprofile per process in DIR. */
 const PROFILE_DIR = ((d) => (d ? resolve(d) : undefined))(option('profile') ?? process.env.BENCH_PROFILE_DIR);
 /**
  * `--pin` (BENCH_PIN=1): the server being measured gets the last CPU to itself and every other
