@@ -219,6 +219,29 @@ export function rssMiB(pid: number): number {
 }
 
 /** Open file descriptors of a process. */
+/**
+ * RSS by kind of mapping (MiB), from /proc/<pid>/smaps: V8's heap pages (its 256 KiB anonymous
+ * regions, every isolate's: the main thread's and the SQLite writer's), malloc's main heap
+ * ([heap]), the other anonymous mappings (malloc's thread arenas and large blocks, thread stacks,
+ * V8's large objects and code) and file-backed ones (the node binary, shared libraries).
+ */
+export function rssByKind(pid: number): { v8Pages: number; mallocHeap: number; otherAnon: number; file: number } {
+  const out = { v8Pages: 0, mallocHeap: 0, otherAnon: 0, file: 0 };
+  let kind: keyof typeof out = 'otherAnon';
+  for (const line of readFileSync(`/proc/${pid}/smaps`, 'utf8').split('\n')) {
+    const head = /^([0-9a-f]+)-([0-9a-f]+) \S+ \S+ \S+ \S+\s*(.*)$/.exec(line);
+    if (head) {
+      const name = head[3]!;
+      const size = parseInt(head[2]!, 16) - parseInt(head[1]!, 16);
+      kind = name === '[heap]' ? 'mallocHeap' : name === '' || name.startsWith('[anon') ? (size === 256 * 1024 ? 'v8Pages' : 'otherAnon') : name.startsWith('[') ? 'otherAnon' : 'file';
+      continue;
+    }
+    const rss = /^Rss:\s+(\d+) kB/.exec(line);
+    if (rss) out[kind] += Number(rss[1]) / 1024;
+  }
+  return out;
+}
+
 export function openFds(pid: number): number {
   return readdirSync(`/proc/${pid}/fd`).length;
 }

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { MixedResult } from './soak-traffic.ts';
 import type { MixedJob } from './stream-load.ts';
-import { cleanup, Loader, log, onSignals, openFds, ROOT, rssMiB, startSim, startSluice, tempDir } from './procs.ts';
+import { cleanup, Loader, log, onSignals, openFds, ROOT, rssByKind, rssMiB, startSim, startSluice, tempDir } from './procs.ts';
 
 /** Least-squares slope of y over x. */
 export function slope(points: Array<[number, number]>): number {
@@ -52,9 +52,9 @@ export async function main(): Promise<number> {
   log(`soak: ${minutes} min at ${rate} req/s; sluice ${sluice.pid}, ${fdBase} fds idle; samples every ${everyMs / 1000} s`);
 
   const t0 = Date.now();
-  const samples: Array<{ t: number; rss: number; fds: number }> = [];
+  const samples: Array<{ t: number; rss: number; fds: number; kinds: ReturnType<typeof rssByKind> }> = [];
   const sample = () => {
-    samples.push({ t: Date.now() - t0, rss: rssMiB(sluice.pid), fds: openFds(sluice.pid) });
+    samples.push({ t: Date.now() - t0, rss: rssMiB(sluice.pid), fds: openFds(sluice.pid), kinds: rssByKind(sluice.pid) });
     process.kill(sluice.pid, 'SIGUSR2');
   };
   const timer = setInterval(sample, everyMs);
@@ -70,7 +70,7 @@ export async function main(): Promise<number> {
     await new Promise((r) => setTimeout(r, 250));
     fdEnd = openFds(sluice.pid);
   }
-  const heap = readFileSync(probeFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as { ts: number; heapUsed: number; rss: number });
+  const heap = readFileSync(probeFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as { ts: number; heapUsed: number; heapTotal: number; newSpace: number; external: number; rss: number });
   const stopping = sluice.lines.length;
   const code = await sluice.stop();
   const rows = sluice.rowsByRun().get('soak') ?? 0;
@@ -82,6 +82,12 @@ export async function main(): Promise<number> {
   const heapPts = heap.slice(skip(heap.length)).map((h) => [(h.ts - heap[0]!.ts) / 3.6e6, h.heapUsed / 1e6] as [number, number]);
   const rssSlope = slope(rssPts);
   const heapSlope = slope(heapPts);
+  const committedSlope = slope(heap.slice(skip(heap.length)).map((h) => [(h.ts - heap[0]!.ts) / 3.6e6, h.heapTotal / 1e6] as [number, number]));
+  // Where RSS went: each kind of mapping's first → last and slope (MB per hour).
+  const kindRows = (['v8Pages', 'mallocHeap', 'otherAnon', 'file'] as const).map((k) => {
+    const pts = samples.slice(skip(samples.length)).map((s) => [s.t / 3.6e6, s.kinds[k] * 1.048576] as [number, number]);
+    return `${k} ${samples[0]!.kinds[k].toFixed(1)} → ${samples.at(-1)!.kinds[k].toFixed(1)} MiB (${slope(pts).toFixed(1)} MB/h)`;
+  });
   const f1 = (n: number) => n.toFixed(1);
   const ok = { answers: traffic.unexpected === 0, rows: rows === traffic.proxied, fds: fdEnd <= fdBase, errors: errors.length === 0, exit: code === 0 };
   const mark = (b: boolean) => (b ? '✓' : '✗');
@@ -94,6 +100,8 @@ export async function main(): Promise<number> {
     `| unexpected answers | ${traffic.unexpected} | 0 ${mark(ok.answers)} |`,
     `| rows written | ${rows} | = proxied ${mark(ok.rows)} |`,
     `| RSS: first → last sample, slope after the first fifth | ${f1(samples[0]!.rss)} → ${f1(samples.at(-1)!.rss)} MiB, ${f1(rssSlope)} MB/h | no upward trend |`,
+    `| RSS by kind of mapping (/proc/<pid>/smaps; v8Pages: V8's heap pages of both isolates) | ${kindRows.join('; ')} | — |`,
+    `| main isolate's committed heap after GC (heapTotal): first → last, slope; of it the young generation (capped by the unit's --max-semi-space-size) | ${f1(heap[0]!.heapTotal / 1e6)} → ${f1(heap.at(-1)!.heapTotal / 1e6)} MB, ${f1(committedSlope)} MB/h; young ${f1(heap[0]!.newSpace / 1e6)} → ${f1(heap.at(-1)!.newSpace / 1e6)} MB (largest ${f1(Math.max(...heap.map((h) => h.newSpace)) / 1e6)}) | — |`,
     `| heap after GC: first → last, slope after the first fifth | ${f1(heap[0]!.heapUsed / 1e6)} → ${f1(heap.at(-1)!.heapUsed / 1e6)} MB, ${f1(heapSlope)} MB/h | no upward trend |`,
     `| open fds: idle before → during (max) → idle after | ${fdBase} → ${Math.max(...samples.map((s) => s.fds))} → ${fdEnd} | back to baseline ${mark(ok.fds)} |`,
     `| log lines at level error or above during the traffic | ${errors.length}${errors.length ? ` (${[...new Set(errors.map((e) => e.msg))].join('; ')})` : ''} | 0 ${mark(ok.errors)} |`,
