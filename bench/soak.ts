@@ -64,8 +64,11 @@ export async function main(): Promise<number> {
   load.close();
 
   // Idle again: every fd back to the baseline once the upstream's keep-alive sockets time out.
+  // That takes up to ~40 s after the last request: the proxy's idle sockets close after 30 s
+  // (lib/proxy/index.ts), and cost reconciliation goes on looking up the last generations for a
+  // few seconds after the traffic (3 s after a row's end, then backing off), on sockets of its own.
   let fdEnd = openFds(sluice.pid);
-  const until = Date.now() + 20_000;
+  const until = Date.now() + 75_000;
   while (fdEnd > fdBase && Date.now() < until) {
     await new Promise((r) => setTimeout(r, 250));
     fdEnd = openFds(sluice.pid);
