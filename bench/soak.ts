@@ -63,16 +63,19 @@ export async function main(): Promise<number> {
   sample();
   load.close();
 
-  // Idle again: every fd back to the baseline once the upstream's keep-alive sockets time out.
-  // That takes up to ~40 s after the last request: the proxy's idle sockets close after 30 s
-  // (lib/proxy/index.ts), and cost reconciliation goes on looking up the last generations for a
-  // few seconds after the traffic (3 s after a row's end, then backing off), on sockets of its own.
+  // Idle again: every fd back to the baseline once the upstream's sockets close. After heavy
+  // traffic that takes a while: cost reconciliation works through the rows still pending (the
+  // disconnected and failed streams' estimates, looked up 3 s after their end and then backing
+  // off) on kept-alive sockets of its own, and the proxy's idle sockets close after 30 s
+  // (lib/proxy/index.ts). At 200 req/s for 3 minutes that took ~2 minutes here.
+  const idleFrom = Date.now();
   let fdEnd = openFds(sluice.pid);
-  const until = Date.now() + 75_000;
+  const until = Date.now() + 240_000;
   while (fdEnd > fdBase && Date.now() < until) {
-    await new Promise((r) => setTimeout(r, 250));
+    await new Promise((r) => setTimeout(r, 500));
     fdEnd = openFds(sluice.pid);
   }
+  const idleAfterS = Math.round((Date.now() - idleFrom) / 1000);
   const heap = readFileSync(probeFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as { ts: number; heapUsed: number; heapTotal: number; newSpace: number; external: number; rss: number });
   const stopping = sluice.lines.length;
   const code = await sluice.stop();
@@ -106,7 +109,7 @@ export async function main(): Promise<number> {
     `| RSS by kind of mapping (/proc/<pid>/smaps; v8Pages: V8's heap pages of both isolates) | ${kindRows.join('; ')} | — |`,
     `| main isolate's committed heap after GC (heapTotal): first → last, slope; of it the young generation (capped by the unit's --max-semi-space-size) | ${f1(heap[0]!.heapTotal / 1e6)} → ${f1(heap.at(-1)!.heapTotal / 1e6)} MB, ${f1(committedSlope)} MB/h; young ${f1(heap[0]!.newSpace / 1e6)} → ${f1(heap.at(-1)!.newSpace / 1e6)} MB (largest ${f1(Math.max(...heap.map((h) => h.newSpace)) / 1e6)}) | — |`,
     `| heap after GC: first → last, slope after the first fifth | ${f1(heap[0]!.heapUsed / 1e6)} → ${f1(heap.at(-1)!.heapUsed / 1e6)} MB, ${f1(heapSlope)} MB/h | no upward trend |`,
-    `| open fds: idle before → during (max) → idle after | ${fdBase} → ${Math.max(...samples.map((s) => s.fds))} → ${fdEnd} | back to baseline ${mark(ok.fds)} |`,
+    `| open fds: idle before → during (max) → idle after | ${fdBase} → ${Math.max(...samples.map((s) => s.fds))} → ${fdEnd} (${idleAfterS} s after the traffic) | back to baseline ${mark(ok.fds)} |`,
     `| log lines at level error or above during the traffic | ${errors.length}${errors.length ? ` (${[...new Set(errors.map((e) => e.msg))].join('; ')})` : ''} | 0 ${mark(ok.errors)} |`,
     `| … at shutdown | ${atStop.length}${atStop.length ? ` (${[...new Set(atStop.map((e) => e.msg))].join('; ')})` : ''} | — |`,
     `| exit code on SIGTERM | ${code} | 0 ${mark(ok.exit)} |`,
