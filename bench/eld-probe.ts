@@ -1,6 +1,6 @@
 // Preloaded into the measured servers by bench/run.ts (`node --import ./bench/eld-probe.ts …`), so
 // the gateway itself exposes nothing new: it keeps a monitorEventLoopDelay histogram and watches
-// the main thread's garbage collections; on SIGUSR2 it appends { p99_ms, max_ms, n, gc_n,
+// the main thread's garbage collections; on SIGUSR2 it appends { p99_ms, max_ms, n,
 // gc_max_ms, gc_major_ms, heap_mib } for the time since the last signal to $BENCH_ELD_FILE and
 // starts over. A loop stall can then be laid against the longest GC pause in the same slice.
 // It never touches the server's own state.
@@ -13,12 +13,10 @@ const file = process.env.BENCH_ELD_FILE;
 if (file) {
   const h = monitorEventLoopDelay({ resolution: 1 });
   h.enable();
-  let gcN = 0;
   let gcMax = 0;
   let majorMax = 0;
   new PerformanceObserver((list) => {
     for (const e of list.getEntries()) {
-      gcN++;
       if (e.duration > gcMax) gcMax = e.duration;
       const kind = ((e as unknown as { detail?: { kind?: number } }).detail)?.kind;
       if (kind === constants.NODE_PERFORMANCE_GC_MAJOR && e.duration > majorMax) majorMax = e.duration;
@@ -28,10 +26,9 @@ if (file) {
     const heap = getHeapStatistics();
     appendFileSync(file, `${JSON.stringify({
       p99_ms: h.percentile(99) / 1e6, max_ms: h.max / 1e6, n: h.count,
-      gc_n: gcN, gc_max_ms: gcMax, gc_major_ms: majorMax, heap_mib: heap.total_heap_size / 2 ** 20, used_mib: heap.used_heap_size / 2 ** 20,
+      gc_max_ms: gcMax, gc_major_ms: majorMax, heap_mib: heap.total_heap_size / 2 ** 20,
     })}\n`);
     h.reset();
-    gcN = 0;
     gcMax = 0;
     majorMax = 0;
   });

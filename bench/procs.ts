@@ -106,7 +106,6 @@ export interface Sluice extends Proc {
   rowsByRun(): Map<string, number>;
 }
 
-/** One profile whose limits never bind, pointing at the sim; `sluice serve` on the embedded store. */
 /** A config directory with one profile, `benchmark`, whose limits never bind, and the example tiers. */
 export function benchConfig(routerUrl: string, defaultTier: string): string {
   const dir = tempDir('config');
@@ -134,6 +133,7 @@ export function serveNodeFlags(): string[] {
   return exec.slice(1, exec.findIndex((a) => a.endsWith('cli/sluice.ts')));
 }
 
+/** One profile whose limits never bind, pointing at the sim; `sluice serve` on the embedded store. */
 export async function startSluice(sim: Proc, o: { nodeFlags?: string[]; env?: NodeJS.ProcessEnv; logLevel?: string } = {}): Promise<Sluice> {
   const configDir = benchConfig(sim.origin, 'fast');
   const dataDir = tempDir('data');
@@ -218,7 +218,6 @@ export function rssMiB(pid: number): number {
   return m ? Number(m[1]) / 1024 : NaN;
 }
 
-/** Open file descriptors of a process. */
 /**
  * RSS by kind of mapping (MiB), from /proc/<pid>/smaps: V8's heap pages (its 256 KiB anonymous
  * regions, every isolate's: the main thread's and the SQLite writer's), malloc's main heap
@@ -242,6 +241,7 @@ export function rssByKind(pid: number): { v8Pages: number; mallocHeap: number; o
   return out;
 }
 
+/** Open file descriptors of a process. */
 export function openFds(pid: number): number {
   return readdirSync(`/proc/${pid}/fd`).length;
 }

@@ -76,24 +76,24 @@ export async function main(): Promise<number> {
     fdEnd = openFds(sluice.pid);
   }
   const idleAfterS = Math.round((Date.now() - idleFrom) / 1000);
-  const heap = readFileSync(probeFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as { ts: number; heapUsed: number; heapTotal: number; newSpace: number; external: number; rss: number });
+  const heap = readFileSync(probeFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as { ts: number; heapUsed: number; heapTotal: number; newSpace: number });
   const stopping = sluice.lines.length;
   const code = await sluice.stop();
   const rows = sluice.rowsByRun().get('soak') ?? 0;
   const errors = sluice.lines.slice(0, stopping).filter((l) => l.level >= 50);
   const atStop = sluice.lines.slice(stopping).filter((l) => l.level >= 50);
 
-  const skip = (n: number) => Math.floor(n / 5);
-  const rssPts = samples.slice(skip(samples.length)).map((s) => [s.t / 3.6e6, s.rss * 1.048576] as [number, number]);
-  const heapPts = heap.slice(skip(heap.length)).map((h) => [(h.ts - heap[0]!.ts) / 3.6e6, h.heapUsed / 1e6] as [number, number]);
-  const rssSlope = slope(rssPts);
-  const heapSlope = slope(heapPts);
-  const committedSlope = slope(heap.slice(skip(heap.length)).map((h) => [(h.ts - heap[0]!.ts) / 3.6e6, h.heapTotal / 1e6] as [number, number]));
-  // Where RSS went: each kind of mapping's first → last and slope (MB per hour).
-  const kindRows = (['v8Pages', 'mallocHeap', 'otherAnon', 'file'] as const).map((k) => {
-    const pts = samples.slice(skip(samples.length)).map((s) => [s.t / 3.6e6, s.kinds[k] * 1.048576] as [number, number]);
-    return `${k} ${samples[0]!.kinds[k].toFixed(1)} → ${samples.at(-1)!.kinds[k].toFixed(1)} MiB (${slope(pts).toFixed(1)} MB/h)`;
-  });
+  // Slopes in MB per hour, least squares over the samples after the first fifth (the warm-up).
+  const trend = <T>(list: T[], hours: (x: T) => number, mb: (x: T) => number) =>
+    slope(list.slice(Math.floor(list.length / 5)).map((x) => [hours(x), mb(x)] as [number, number]));
+  const sampleHours = (s: (typeof samples)[number]) => s.t / 3.6e6;
+  const probeHours = (h: (typeof heap)[number]) => (h.ts - heap[0]!.ts) / 3.6e6;
+  const rssSlope = trend(samples, sampleHours, (s) => s.rss * 1.048576);
+  const heapSlope = trend(heap, probeHours, (h) => h.heapUsed / 1e6);
+  const committedSlope = trend(heap, probeHours, (h) => h.heapTotal / 1e6);
+  // Where RSS went: each kind of mapping's first → last and slope.
+  const kindRows = (['v8Pages', 'mallocHeap', 'otherAnon', 'file'] as const).map((k) =>
+    `${k} ${samples[0]!.kinds[k].toFixed(1)} → ${samples.at(-1)!.kinds[k].toFixed(1)} MiB (${trend(samples, sampleHours, (s) => s.kinds[k] * 1.048576).toFixed(1)} MB/h)`);
   const f1 = (n: number) => n.toFixed(1);
   const ok = { answers: traffic.unexpected === 0, rows: rows === traffic.proxied, fds: fdEnd <= fdBase, errors: errors.length === 0, exit: code === 0 };
   const mark = (b: boolean) => (b ? '✓' : '✗');

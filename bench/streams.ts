@@ -123,7 +123,6 @@ export async function main(): Promise<number> {
   const first = await holdRound(small);
   const slow = await holdRound(SLOW.n);
   const slowPeak = Math.max(...rss2.stop());
-  const holding = slow.holding;
   const perStream = (slow.holding - first.holding) / (SLOW.n - small);
   if (first.completed !== small || slow.completed !== SLOW.n) correct = false;
   log(`slow readers: ${first.completed}/${small} then ${slow.completed}/${SLOW.n} complete; RSS ${f1(before)} → ${f1(first.holding)} MiB while ${small} held, ${f1(slow.holding)} MiB while ${SLOW.n} held, ${f1(slowPeak)} MiB peak once read`);
@@ -151,7 +150,7 @@ export async function main(): Promise<number> {
   lines.push(`| gap max at N = ${at} | ${f1(stall.direct.gapMax)} ms | ${f1(stall.sluice.gapMax)} ms | ${f1(added.gapMax)} ms | ≤ ${TARGETS.gapMax} ms ${mark(v.gapMax)} |`);
   lines.push(`| TTFB p99 at N = ${at} | ${f1(stall.direct.ttfbP99)} ms | ${f1(stall.sluice.ttfbP99)} ms | ${f1(added.ttfbP99)} ms | ≤ ${TARGETS.ttfbP99} ms ${mark(v.ttfb)} |`);
   lines.push(`| burst of ${BURST} opened at once: TTFB p99 | ${f1(burst.direct.ttfbP99)} ms | ${f1(burst.sluice.ttfbP99)} ms | ${f1(burstAdded)} ms | ≤ ${TARGETS.burst} ms ${mark(v.burst)} |`);
-  lines.push(`| slow readers of ${streamMiB} MiB streams, holding ${SLOW.holdMs / 1000} s: sluice RSS before → while ${small} hold → while ${SLOW.n} hold (peak once they read); per held stream = the slope between the two | — | ${f1(before)} → ${f1(first.holding)} → ${f1(holding)} MiB (${f1(slowPeak)} MiB): ${(Math.max(0, perStream) * 1024).toFixed(0)} KiB per stream | — | ≤ ${TARGETS.slowPerStreamMiB} MiB per stream (the stream is ${streamMiB} MiB) ${mark(v.slow)} |`);
+  lines.push(`| slow readers of ${streamMiB} MiB streams, holding ${SLOW.holdMs / 1000} s: sluice RSS before → while ${small} hold → while ${SLOW.n} hold (peak once they read); per held stream = the slope between the two | — | ${f1(before)} → ${f1(first.holding)} → ${f1(slow.holding)} MiB (${f1(slowPeak)} MiB): ${(Math.max(0, perStream) * 1024).toFixed(0)} KiB per stream | — | ≤ ${TARGETS.slowPerStreamMiB} MiB per stream (the stream is ${streamMiB} MiB) ${mark(v.slow)} |`);
   lines.push('');
   const total = [...sent.values()].reduce((a, b) => a + b, 0);
   const written = [...rows].filter(([run]) => sent.has(run)).reduce((a, [, n]) => a + n, 0);
