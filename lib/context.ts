@@ -9,7 +9,7 @@ import type { Profile, Router } from './config.ts';
 import type { Dialect } from './errors.ts';
 import type { Degradation, KeyRow } from './store/store.ts';
 
-export type Route = 'chat' | 'messages' | 'count_tokens' | 'models';
+export type Route = 'chat' | 'messages' | 'responses' | 'count_tokens' | 'models';
 
 export interface AuthedKey {
   row: KeyRow;

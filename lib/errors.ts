@@ -5,7 +5,8 @@
 
 import type { ServerResponse } from 'node:http';
 
-export type Dialect = 'chat' | 'messages';
+/** The three wire dialects: chat completions, Anthropic messages, and the OpenAI Responses API. */
+export type Dialect = 'chat' | 'messages' | 'responses';
 
 interface Spec {
   status: number;
@@ -65,7 +66,7 @@ export function errorBody(dialect: Dialect, code: ErrorCode, message: string): s
 // Bodies for the catalogue's own messages, built once: the hot refusal paths allocate nothing.
 const STATIC = new Map<string, Buffer>();
 for (const code of Object.keys(CATALOGUE) as ErrorCode[]) {
-  for (const d of ['chat', 'messages'] as const) STATIC.set(`${d}:${code}`, Buffer.from(errorBody(d, code, CATALOGUE[code].message)));
+  for (const d of ['chat', 'messages', 'responses'] as const) STATIC.set(`${d}:${code}`, Buffer.from(errorBody(d, code, CATALOGUE[code].message)));
 }
 
 /** Writes a GatewayError as a complete response. Never throws; a response already started is left alone. */

@@ -37,7 +37,7 @@ export interface AuditRow {
   outcome: AuditOutcome;
 }
 
-export type Endpoint = 'chat' | 'messages' | 'count_tokens';
+export type Endpoint = 'chat' | 'messages' | 'responses' | 'count_tokens';
 export type Outcome = 'ok' | 'upstream_error' | 'client_disconnect' | 'gateway_error';
 export type Degradation = 'none' | 'fast-only' | 'max-tokens';
 
