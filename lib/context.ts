@@ -44,6 +44,8 @@ export interface Ctx {
   degradation: Degradation;
   /** What the sanitizer removed, for the request's log line. */
   removed: string[];
+  /** What model resolution changed to keep the request valid and in budget (docs/rewrites.md), for the same line. */
+  adjusted: string[];
 }
 
 export interface Plugin {

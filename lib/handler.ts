@@ -92,7 +92,7 @@ export function createHandler(opts: HandlerOptions) {
       id: newRequestId(), req, res, route: def.route, dialect, t0: performance.now(),
       ip: clientIp(req.socket.remoteAddress, req.headers['x-forwarded-for'], trustedProxies),
       changed: false, stream: false, endUser: null, session: null, run: typeof run === 'string' ? run.slice(0, 128) : null,
-      requestedModel: null, tier: null, model: null, degradation: 'none', removed: [],
+      requestedModel: null, tier: null, model: null, degradation: 'none', removed: [], adjusted: [],
     };
     where.ctx = ctx;
     const chain = def.chain;
@@ -104,7 +104,9 @@ export function createHandler(opts: HandlerOptions) {
       res.writeHead(200, { 'content-type': 'application/json', 'content-length': modelsBody.length }).end(modelsBody);
       return;
     }
-    if (ctx.removed.length > 0) log.info({ req: ctx.id, prefix: ctx.key!.row.prefix, removed: ctx.removed }, 'sanitized request');
+    if (ctx.removed.length > 0 || ctx.adjusted.length > 0) {
+      log.info({ req: ctx.id, prefix: ctx.key!.row.prefix, removed: ctx.removed, adjusted: ctx.adjusted, degradation: ctx.degradation }, 'sanitized request');
+    }
     if (ctx.stream) metrics.trackStream(res);
     opts.forward(ctx);
   }

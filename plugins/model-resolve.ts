@@ -1,14 +1,22 @@
-// Model resolution and the max_tokens cap (CONTRACT §5). `sluice/<tier>` and `sluice/auto` pick a
-// tier; `claude-…`, sonnet, opus and haiku mean the profile's default tier; anything else goes
-// upstream as given. Budget degradation then forces the fast tier (and 2048 tokens). The chat
-// dialect gets the tier's fallback list. The body is marked changed only when a value changed.
+// Model resolution, the fallback list and the output cap (CONTRACT §5; docs/rewrites.md). `sluice/<tier>`
+// and `sluice/auto` pick a tier; `claude-…`, sonnet, opus and haiku mean the profile's default
+// tier; anything else goes upstream as given. Budget degradation then forces the fast tier (and
+// 2048 tokens). A client's `models` list is resolved entry by entry, and replaced by the fast
+// tier's under degradation; the messages dialect never carries one. Every rewrite leaves a request
+// the router accepts: the thinking budget follows the cap (lib/thinking-budget.ts). The body is
+// marked changed only when a value changed; each adjustment is named in `ctx.adjusted` for the log.
 
 import type { Ctx, Plugin } from '../lib/context.ts';
 import type { Deps } from '../lib/deps.ts';
 import { GatewayError } from '../lib/errors.ts';
+import { fitMessagesThinking, fitReasoning } from '../lib/thinking-budget.ts';
 
 export const DEGRADED_MAX_TOKENS = 2048;
+/** OpenRouter answers 400 "'models' array must have 3 items or fewer." past this. */
+export const MAX_FALLBACKS = 3;
 const DEFAULT_TIER_NAMES = new Set(['sonnet', 'opus', 'haiku']);
+/** OpenRouter's paid web search (plugin and option): dropped while a budget degrades. */
+const WEB_PLUGIN = 'web';
 
 function set(ctx: Ctx, field: string, value: unknown): void {
   if (ctx.body![field] !== value) {
@@ -17,61 +25,142 @@ function set(ctx: Ctx, field: string, value: unknown): void {
   }
 }
 
-function capField(ctx: Ctx, field: string, cap: number): void {
+function drop(ctx: Ctx, field: string, why: string): void {
+  if (!(field in ctx.body!)) return;
+  delete ctx.body![field];
+  ctx.changed = true;
+  ctx.adjusted.push(`${field} removed (${why})`);
+}
+
+/** Lowers (or sets) a token field to the cap; true when it changed the value. */
+function capField(ctx: Ctx, field: string, cap: number): boolean {
   const asked = ctx.body![field];
-  if (typeof asked !== 'number' || asked > cap) set(ctx, field, cap);
+  if (typeof asked === 'number' && asked <= cap) return false;
+  set(ctx, field, cap);
+  return true;
+}
+
+function sameList(a: unknown, b: readonly string[]): boolean {
+  return Array.isArray(a) && a.length === b.length && a.every((v, i) => v === b[i]);
+}
+
+/** A model id without OpenRouter's `:variant` suffix (`openai/gpt-5:online` → `openai/gpt-5`). */
+function baseId(id: string): string {
+  const colon = id.indexOf(':');
+  return colon < 0 ? id : id.slice(0, colon);
 }
 
 export function modelResolve(deps: Pick<Deps, 'config' | 'catalog' | 'auto'>): Plugin {
   const { tiers } = deps.config;
+
+  /**
+   * The tier an id names: a tier name, 'auto', or null for an id that goes as given.
+   * Throws the dialect's 400 for an unknown `sluice/` alias.
+   */
+  function tierOf(requested: string, defaultTier: string, where: string): string | null {
+    if (requested.startsWith('sluice/')) {
+      const alias = requested.slice(7);
+      if (alias === 'auto' || tiers.has(alias)) return alias;
+      throw new GatewayError('invalid_body', { message: `Unknown model alias "${requested}"${where}. Ask GET /v1/models for the list.` });
+    }
+    if (requested.startsWith('claude-') || DEFAULT_TIER_NAMES.has(requested)) return defaultTier;
+    return null;
+  }
+
   return {
     name: 'model-resolve',
-    routes: ['chat', 'messages'],
+    routes: ['chat', 'messages', 'responses'],
     // Not async: only sluice/auto waits (for its decision); every other request resolves in place.
     run(ctx) {
-      const requested = ctx.requestedModel!;
       const profile = ctx.profile!;
-      let tierName: string | null = null;
-      if (requested.startsWith('sluice/')) {
-        const alias = requested.slice(7);
-        // A degraded profile goes to the fast tier below: no decision worth paying for.
-        if (alias === 'auto') {
-          if (ctx.degradation === 'none') return deps.auto.decide(ctx).then((decided) => apply(ctx, decided));
-        } else if (tiers.has(alias)) tierName = alias;
-        else throw new GatewayError('invalid_body', { message: `Unknown model alias "${requested}". Ask GET /v1/models for the list.` });
-      } else if (requested.startsWith('claude-') || DEFAULT_TIER_NAMES.has(requested)) {
-        tierName = profile.default_tier;
+      const chosen = tierOf(ctx.requestedModel!, profile.default_tier, '');
+      // A degraded profile goes to the fast tier below: no decision worth paying for.
+      if (chosen === 'auto') {
+        if (ctx.degradation === 'none') return deps.auto.decide(ctx).then((decided) => apply(ctx, decided));
+        return apply(ctx, null);
       }
-      apply(ctx, tierName);
+      apply(ctx, chosen);
     },
   };
 
-  /** Sets the tier, the model, the chat fallbacks and the max_tokens cap for the tier chosen. */
+  /** The client's `models` list resolved entry by entry: ids only, no duplicates, no primary, at most 3. */
+  function clientList(ctx: Ctx, list: unknown): string[] {
+    if (!Array.isArray(list)) throw new GatewayError('invalid_body', { message: '`models` must be an array of model ids.' });
+    const out: string[] = [];
+    for (let i = 0; i < list.length; i++) {
+      const entry = list[i];
+      if (typeof entry !== 'string' || entry === '') throw new GatewayError('invalid_body', { message: `\`models[${i}]\` must be a model id (a non-empty string).` });
+      const tier = tierOf(entry, ctx.profile!.default_tier, ` in models[${i}]`);
+      // sluice/auto in the list means the model already chosen for the request.
+      const id = tier === null ? entry : tier === 'auto' ? ctx.model! : tiers.get(tier)!.model;
+      if (id !== ctx.model && !out.includes(id)) out.push(id);
+    }
+    return out.slice(0, MAX_FALLBACKS);
+  }
+
+  /** Sets the tier, the model, the fallback list and the output cap for the tier chosen. */
   function apply(ctx: Ctx, chosen: string | null): void {
-    const profile = ctx.profile!;
-    const requested = ctx.requestedModel!;
+    const body = ctx.body!;
     let tierName = chosen;
     if (ctx.degradation !== 'none') tierName = 'fast';
     const tier = tierName === null ? undefined : tiers.get(tierName)!;
-    const model = tier ? tier.model : requested;
+    const model = tier ? tier.model : ctx.requestedModel!;
     ctx.tier = tierName;
     ctx.model = model;
     set(ctx, 'model', model);
-    if (tier && ctx.dialect === 'chat' && tier.fallbacks.length > 0 && !Array.isArray(ctx.body!.models)) {
-      ctx.body!.models = tier.fallbacks;
-      ctx.changed = true;
+
+    // The fallback list: none on messages (the spec's rule; OpenRouter's messages endpoint would
+    // read `models` and `fallbacks`), else the fast tier's under degradation, else the client's own
+    // resolved, else the tier's.
+    let fallbacks: readonly string[] = [];
+    if (ctx.dialect === 'messages') {
+      drop(ctx, 'models', 'no fallback list on the messages dialect');
+      drop(ctx, 'fallbacks', 'no fallback list on the messages dialect');
+    } else {
+      const sent = 'models' in body;
+      const list = ctx.degradation !== 'none' ? tier!.fallbacks.slice(0, MAX_FALLBACKS)
+        : sent ? clientList(ctx, body.models)
+        : tier ? tier.fallbacks.slice(0, MAX_FALLBACKS) : [];
+      if (list.length === 0) {
+        if (sent) drop(ctx, 'models', ctx.degradation !== 'none' ? `degraded: ${ctx.degradation}` : 'no fallback left once resolved');
+      } else if (!sameList(body.models, list)) {
+        if (sent) ctx.adjusted.push(`models ${JSON.stringify(body.models)}→${JSON.stringify(list)}`);
+        body.models = list;
+        ctx.changed = true;
+      }
+      fallbacks = list;
+      if (ctx.degradation !== 'none') {
+        drop(ctx, 'web_search_options', `degraded: ${ctx.degradation}`);
+        if (Array.isArray(body.plugins) && body.plugins.some((p: any) => p?.id === WEB_PLUGIN)) {
+          body.plugins = body.plugins.filter((p: any) => p?.id !== WEB_PLUGIN);
+          ctx.changed = true;
+          ctx.adjusted.push(`plugins[id=web] removed (degraded: ${ctx.degradation})`);
+        }
+      }
     }
 
-    // max_tokens cap: min(catalog max for the model, tier max), and 2048 when degraded that far.
+    // Output cap: min(tier max, catalog max of every model that may serve), 2048 when degraded that far.
+    const router = ctx.profile!.router;
     let cap = tier?.max_output_tokens;
-    const maxCompletion = deps.catalog.maxCompletion(profile.router, model);
-    if (maxCompletion) cap = cap === undefined ? maxCompletion : Math.min(cap, maxCompletion);
+    for (const id of [model, ...fallbacks]) {
+      const max = deps.catalog.maxCompletion(router, id) ?? deps.catalog.maxCompletion(router, baseId(id));
+      if (max) cap = cap === undefined ? max : Math.min(cap, max);
+    }
     if (ctx.degradation === 'max-tokens') cap = Math.min(cap ?? DEGRADED_MAX_TOKENS, DEGRADED_MAX_TOKENS);
     if (cap === undefined) return;
-    // Chat: cap whichever of the two fields the client sent (both, if it sent both, so neither
-    // slips past the cap); set `max_tokens` when it sent neither.
-    const completion = ctx.dialect === 'chat' && ctx.body!.max_completion_tokens !== undefined;
-    if (completion) capField(ctx, 'max_completion_tokens', cap);
-    if (!completion || ctx.body!.max_tokens !== undefined) capField(ctx, 'max_tokens', cap);
+    let lowered: boolean;
+    if (ctx.dialect === 'responses') lowered = capField(ctx, 'max_output_tokens', cap);
+    else if (ctx.dialect === 'chat' && body.max_completion_tokens !== undefined) {
+      // Cap whichever of the two fields the client sent (both, if it sent both, so neither slips past).
+      lowered = capField(ctx, 'max_completion_tokens', cap);
+      if (body.max_tokens !== undefined) lowered = capField(ctx, 'max_tokens', cap) || lowered;
+    } else lowered = capField(ctx, 'max_tokens', cap);
+    if (!lowered) return;
+    // sluice set or lowered the output limit: the thinking budget must fit under it.
+    const adjusted = ctx.dialect === 'messages' ? fitMessagesThinking(body, cap) : fitReasoning(body, cap);
+    if (adjusted !== null) {
+      ctx.adjusted.push(adjusted);
+      ctx.changed = true;
+    }
   }
 }

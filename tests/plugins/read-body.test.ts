@@ -28,7 +28,7 @@ function ctxFor(req: FakeReq, dialect: 'chat' | 'messages' = 'chat'): Ctx {
   return {
     id: 'test', req: req as unknown as Ctx['req'], res: {} as Ctx['res'], route: dialect, dialect, t0: 0, ip: '127.0.0.1',
     changed: false, stream: false, endUser: null, session: null, run: null, requestedModel: null, tier: null, model: null,
-    degradation: 'none', removed: [],
+    degradation: 'none', removed: [], adjusted: [],
   };
 }
 
