@@ -5,7 +5,8 @@
 
 import type { ServerResponse } from 'node:http';
 
-export type Dialect = 'chat' | 'messages';
+/** The inference dialects; 'responses' is judged by validate.ts ahead of its route. */
+export type Dialect = 'chat' | 'messages' | 'responses';
 
 interface ErrorKind { message: string; errorType: string; anthropic: string; provider: boolean }
 

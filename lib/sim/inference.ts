@@ -1,6 +1,6 @@
 // The entry of both inference routes: the bearer key and body checks, the key's refusals
 // (management key, deleted, disabled, expired, over its limit), the pre-response directives
-// (hang, delay-ms, status), then a Run with its generation id handed to the dialect. From the
+// (hang, delay-ms, status) after the body checks the real routers make (validate.ts), then a Run with its generation id handed to the dialect. From the
 // moment a Run exists, the exchange's end settles it, so a caller that leaves is charged and
 // recorded for what it got.
 
@@ -13,6 +13,7 @@ import { keyRefusal } from './management.ts';
 import { messagesJson, messagesStream } from './messages.ts';
 import { baseOf, modelOf, newRun, settleEarlyEnd } from './run.ts';
 import type { SimState } from './state.ts';
+import { validate } from './validate.ts';
 
 export async function inference(x: Exchange, state: SimState, dialect: Dialect): Promise<void> {
   const { sim, res } = x;
@@ -22,6 +23,9 @@ export async function inference(x: Exchange, state: SimState, dialect: Dialect):
   if (json === null || typeof json !== 'object' || Array.isArray(json)) return sendJson(res, 400, dialect === 'chat' ? BAD_JSON : BAD_JSON_MESSAGES);
   const refusal = keyRefusal(state, bearer, dialect);
   if (refusal !== undefined) return sendJson(res, refusal.status, refusal.body);
+  // Refused as the real routers refuse it, before any directive: a bad body never routes.
+  const invalid = validate(dialect, json, sim.headers);
+  if (invalid !== undefined) return sendJson(res, invalid.status, invalid.body);
 
   const d = parseDirectives(sim.headers['x-sim']);
   if (d.hang) return; // never answer; 'closed' fires when the caller gives up

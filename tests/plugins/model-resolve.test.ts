@@ -238,8 +238,8 @@ t.test('e2e: resolution, headers, fallbacks, cap and rows', async (t) => {
 
     const unlisted = '{"model":"acme/not-in-catalog" , "messages":[{"role":"user","content":"hi"}]}';
     const res2 = await post(h, dev, '/v1/chat/completions', unlisted);
-    t.equal(res2.status, 200);
-    await res2.json();
+    t.equal(res2.status, 400, 'the router refuses a model it does not know, and sluice passes that on');
+    t.match(await res2.json(), { error: { message: 'acme/not-in-catalog is not a valid model ID', code: 400 } });
     t.equal(upstreamCalls(h).at(-1)!.body, unlisted, 'a model absent from the catalog: no cap, no change');
     await rowOf(res2);
   });

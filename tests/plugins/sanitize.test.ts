@@ -196,7 +196,7 @@ t.test('e2e: /v1/messages forwards the sanitized body and logs the removals once
   t.match(lines[0].prefix, /^sluice_dev_…/);
 
   // No sanitizer fields and nothing for model-resolve to change: the bytes go through as sent.
-  const plain = `{"model":"anthropic/claude-sonnet-4.5",  "max_tokens":100,"system":[{"type":"text","text":"S","cache_control":{"type":"ephemeral"}}],"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"hi"},{"role":"user","content":"again"}]}`;
+  const plain = `{"model":"anthropic/claude-sonnet-4.5",  "max_tokens":2000,"system":[{"type":"text","text":"S","cache_control":{"type":"ephemeral"}}],"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"hi"},{"role":"user","content":"again"}]}`;
   const res2 = await fetch(`${h.url}/v1/messages`, {
     method: 'POST', headers: { 'x-api-key': key, 'content-type': 'application/json', 'anthropic-version': '2023-06-01' }, body: plain,
   });

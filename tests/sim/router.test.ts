@@ -367,10 +367,10 @@ t.test('[[reply:…]] sets the answer from the last user message', async (t) => 
   const j = (await (await call(sim, '/api/v1/chat/completions', { model: 'google/gemini-2.5-flash-lite', messages })).json()) as any;
   t.equal(j.choices[0].message.content, 'agent');
   t.equal(j.usage.completion_tokens, 1);
-  const s = chunksOf(await readSse(await call(sim, '/api/v1/chat/completions', { model: 'x/unknown', stream: true, messages: [{ role: 'user', content: '[[reply:two words]]' }] })));
+  const s = chunksOf(await readSse(await call(sim, '/api/v1/chat/completions', { model: 'meta-llama/llama-3.3-70b-instruct', stream: true, messages: [{ role: 'user', content: '[[reply:two words]]' }] })));
   t.equal(contentOf(s), 'two words');
   t.equal(s.at(-1).usage.completion_tokens, 2);
-  t.equal(s[0].provider, 'DeepInfra', 'unknown authors are served by DeepInfra');
+  t.equal(s[0].provider, 'DeepInfra', 'open-weight models are served by DeepInfra');
   const m = (await (await call(sim, '/api/v1/messages', messagesBody({ messages }))).json()) as any;
   t.same(m.content, [{ type: 'text', text: 'agent', citations: null }]);
 });
