@@ -1,4 +1,4 @@
-// The benchmark's report (bench/run.ts): Markdown tables for the README, each figure judged against
+// The benchmark's report (bench/run.ts): Markdown tables for docs/benchmarks.md, each figure judged against
 // issue 9's targets (the http.request floor unless noted), and the verdicts for the summary line.
 
 import { cpus } from 'node:os';

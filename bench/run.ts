@@ -3,7 +3,7 @@
 // the targets are judged against; bench/floor-undici.ts: node:http + undici Pool.stream;
 // bench/floor-hp3.ts: the proxy core alone, http-proxy-3 as sluice drives it) and the real
 // sluice (keys, records and the usage tap on), each in its own process, the load generator in
-// another (bench/load.ts). Prints Markdown tables with the targets met, ready for the README.
+// another (bench/load.ts). Prints Markdown tables with the targets met, ready for docs/benchmarks.md.
 // Every process it starts is killed and every temporary directory and database removed, on error too.
 // The parts: settings.ts (options), servers.ts (processes and cleanup), measure.ts (slices and
 // figures), report.ts (tables and verdicts).

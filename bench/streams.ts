@@ -4,7 +4,7 @@
 // streams byte for byte with one row each and sluice's RSS; the largest N at which the direct path
 // stays clean (gap p99 ≤ 1.25× the interval) and what sluice adds there; a burst of 512 opened at
 // once; and a slow reader's back-pressure (sluice's RSS while 50 readers of 8 MiB hold still).
-// Prints a Markdown report for the README. Exit 1 only for wrong answers or lost rows.
+// Prints a Markdown report for docs/benchmarks.md. Exit 1 only for wrong answers or lost rows.
 
 import { percentile, streamCall, streamRequest } from './stream-client.ts';
 import type { SlowJob, SlowResult, StreamsJob, StreamsResult } from './stream-load.ts';

@@ -1,6 +1,6 @@
 // The board's anomaly rules: deterministic thresholds over figures the summary already holds
 // (rollups and the last hour's raw rows). Pure: no store, no clock of its own. Each rule yields a
-// kind, a subject, a sentence and the number that crossed its threshold (README "Anomaly rules").
+// kind, a subject, a sentence and the number that crossed its threshold (docs/board.md, "Anomaly rules").
 
 import type { Anomaly } from './types.ts';
 

@@ -1,6 +1,6 @@
 // The operator's surfaces: the board page (`GET /`), its JSON summary (`GET /api/summary`) and the
 // Prometheus metrics (`GET /metrics`). None needs a client key: the front reverse proxy puts basic
-// auth on these paths (README, "Behind the front proxy"). Built once at start-up by the server;
+// auth on these paths (docs/operation.md, "Behind the front proxy"). Built once at start-up by the server;
 // it never writes to the request path and never shows a secret or a prompt.
 
 import type { IncomingMessage, ServerResponse } from 'node:http';

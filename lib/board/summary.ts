@@ -95,7 +95,7 @@ function modelRows(rows: BoardSum[]): T.ModelRow[] {
   })).sort((a, b) => b.cost_usd - a.cost_usd || b.requests - a.requests);
 }
 
-/** The model sluice asked the router for, given how the row was routed (fallbacks: README). */
+/** The model sluice asked the router for, given how the row was routed (fallbacks: docs/rewrites.md). */
 function isFallback(config: Config, tier: string, degradation: string, requested: string, served: string): boolean {
   if (served === '') return false;
   const t = config.tiers.get(degradation === 'fast-only' ? 'fast' : tier);

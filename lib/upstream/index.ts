@@ -29,7 +29,7 @@ function envNumber(env: NodeJS.ProcessEnv, name: string, dflt: number, ok: (n: n
   return n;
 }
 
-/** Ring 1's environment (README "Ring 1"); every bad value is reported at once (exit 78). */
+/** Ring 1's environment (docs/ring1.md); every bad value is reported at once (exit 78). */
 export function upstreamSettings(env: NodeJS.ProcessEnv): UpstreamSettings {
   const problems: string[] = [];
   const refresh = envNumber(env, 'SLUICE_USAGE_REFRESH_S', 300, (n) => n >= 0, 'a number of seconds, 0 or more (0 turns it off)', problems);
