@@ -111,7 +111,7 @@ CREATE INDEX IF NOT EXISTS requests_reconcile_abandoned ON requests (ts) WHERE r
 
 -- migration 3: board rollups
 -- One row per (grain, dimension, bucket, key): sums of the requests (or audit rows) it covers.
--- grain 'h' = UTC hour ('YYYY-MM-DDTHH'), 'd' = UTC day, 'a' = all time (bucket ''); lib/board/rollups.ts.
+-- grain 'h' = UTC hour ('YYYY-MM-DDTHH'), 'd' = UTC day, 'a' = all time (bucket ''); lib/store/rollups.ts.
 CREATE TABLE IF NOT EXISTS board_rollup (
   grain              text             COLLATE "C" NOT NULL,
   dim                text             COLLATE "C" NOT NULL,

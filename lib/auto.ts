@@ -4,8 +4,8 @@
 // no ladder tier means the profile's default tier. The decision's own cost is recorded as a row.
 
 import type { Logger } from 'pino';
-import { rowCost, withSlash, type Catalog } from './catalog.ts';
-import type { AutoConfig } from './config.ts';
+import { rowCost, type Catalog } from './catalog.ts';
+import { withSlash, type AutoConfig } from './config.ts';
 import { newRequestId, type Ctx } from './context.ts';
 import type { Counters } from './counters/counters.ts';
 import type { RequestRow } from './store/store.ts';

@@ -3,7 +3,7 @@
 // Map reads on the hot path. Prices feed cost estimates for rows the router did not price.
 
 import type { Logger } from 'pino';
-import type { Router } from './config.ts';
+import { withSlash, type Router } from './config.ts';
 import { Loop, type Timers } from './upstream/loop.ts';
 
 export interface Prices {
@@ -93,11 +93,6 @@ export class Catalog {
   prices(router: string, model: string): Prices | undefined {
     return this.models.get(router)?.get(model)?.prices;
   }
-}
-
-/** A URL with a trailing slash on its path, so relative API paths join under a prefix. */
-export function withSlash(url: URL): URL {
-  return url.pathname.endsWith('/') ? url : new URL(`${url.href}/`);
 }
 
 /** A cost estimate in USD from per-token prices, for rows the router did not price. */

@@ -213,3 +213,8 @@ export function loadConfig(dir: string): Config {
 export function upstreamKeyVar(profile: string): string {
   return `SLUICE_UPSTREAM_KEY_${profile.toUpperCase().replaceAll('-', '_')}`;
 }
+
+/** A URL with a trailing slash on its path, so relative API paths join under a prefix. */
+export function withSlash(url: URL): URL {
+  return url.pathname.endsWith('/') ? url : new URL(`${url.href}/`);
+}

@@ -10,7 +10,7 @@ import type { Config } from '../config.ts';
 import type { Counters } from '../counters/counters.ts';
 import type { BoardHistSum, BoardRecentRow, BoardSum, Store, UsageSnapshot } from '../store/store.ts';
 import { anomalies, type AnomalyInput } from './anomalies.ts';
-import { AUTO_MODEL, percentiles, SEP, statusClass, ZERO_SUMS, type Sums } from './rollups.ts';
+import { AUTO_MODEL, percentiles, SEP, statusClass, ZERO_SUMS, type Sums } from '../store/rollups.ts';
 import type * as T from './types.ts';
 
 export interface SummaryDeps {

@@ -9,16 +9,18 @@
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import https from 'node:https';
 import { ProxyServer, type ServerOptions } from 'http-proxy-3';
-import { tierPrices } from '../catalog.ts';
+import type { Logger } from 'pino';
+import { tierPrices, type Catalog } from '../catalog.ts';
+import type { Config } from '../config.ts';
 import type { Ctx } from '../context.ts';
-import type { Deps } from '../deps.ts';
 import type { RequestRow } from '../store/store.ts';
 import { EXCHANGE, Exchange, type ExchangeCore } from './exchange.ts';
 import { bodyOf, headersOf, OneWrite, targetOf, upstreamTargets } from './upstream-request.ts';
 
 export { UsageTap, usageOf, type Usage } from './usage-tap.ts';
 
-type ProxyDeps = Pick<Deps, 'log' | 'config' | 'catalog' | 'now'> & { record: (row: RequestRow) => void; upstreamTimeoutMs: number };
+/** What the core needs; it names the types itself rather than borrow the plugins' Deps (which sits above it). */
+type ProxyDeps = { log: Logger; config: Config; catalog: Catalog; now: () => number; record: (row: RequestRow) => void; upstreamTimeoutMs: number };
 type Tagged = IncomingMessage & { [EXCHANGE]?: Exchange };
 interface WebOptions { target: URL; agent: http.Agent | false; buffer: OneWrite }
 

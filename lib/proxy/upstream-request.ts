@@ -4,8 +4,7 @@
 // It never reads or changes the response, and never logs a header (one carries the upstream key).
 
 import type { IncomingHttpHeaders } from 'node:http';
-import type { Config } from '../config.ts';
-import { withSlash } from '../catalog.ts';
+import { withSlash, type Config } from '../config.ts';
 import type { Ctx } from '../context.ts';
 import { encodeBody } from '../request-body.ts';
 

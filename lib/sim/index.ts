@@ -11,9 +11,11 @@ import { serveCatalog } from './catalog.ts';
 import { METHOD_NOT_ALLOWED, NOT_FOUND, sendJson } from './errors.ts';
 import { fail, type Exchange, type SimRequest } from './exchange.ts';
 import { Faults, type FaultScope, type SimFault } from './faults.ts';
-import { Generations, serveGeneration, type GenerationData } from './generations.ts';
+import { Generations, type GenerationData } from './generation-log.ts';
+import { serveGeneration } from './generations.ts';
 import { inference } from './inference.ts';
-import { Keyring, serveCurrentKey, serveKeys } from './management.ts';
+import { Keyring } from './keyring.ts';
+import { serveCurrentKey, serveKeys } from './management.ts';
 import type { SimState } from './state.ts';
 import { Ledger } from './usage.ts';
 
@@ -21,7 +23,7 @@ export { SIM_CATALOG, type CatalogModel } from './catalog.ts';
 export { SIM_TOOL_INPUT } from './content.ts';
 export type { SimRequest } from './exchange.ts';
 export type { FaultScope, SimFault } from './faults.ts';
-export type { GenerationData } from './generations.ts';
+export type { GenerationData } from './generation-log.ts';
 
 export interface SimulatedRouter {
   /** http://host:port, no trailing slash. */

@@ -9,21 +9,9 @@ import { MISSING_AUTH, USER_NOT_FOUND, managementErrorBody, METHOD_NOT_ALLOWED, 
 import { bearerOf, type Exchange } from './exchange.ts';
 import { gate } from './faults.ts';
 import type { SimState } from './state.ts';
-import { limitRemaining, usageInLimitPeriod, type LimitReset } from './usage.ts';
+import type { ManagedKey } from './keyring.ts';
+import { limitRemaining, usageInLimitPeriod } from './usage.ts';
 
-interface ManagedKey {
-  secret: string;
-  hash: string;
-  name: string;
-  label: string;
-  disabled: boolean;
-  limit: number | null;
-  limit_reset: LimitReset;
-  include_byok_in_limit: boolean;
-  created_at: string;
-  updated_at: string | null;
-  expires_at: string | null;
-}
 
 const LIMIT_RESETS = new Set(['daily', 'weekly', 'monthly']);
 const WORKSPACE_ID = '00000000-0000-0000-0000-000000000000';
@@ -76,27 +64,6 @@ function keyFields(b: any, creating: boolean): string | Partial<ManagedKey> {
   return out;
 }
 
-/** The managed keys, by hash and by secret, and the secrets of deleted keys (refused from then on). */
-export class Keyring {
-  byHash = new Map<string, ManagedKey>();
-  bySecret = new Map<string, ManagedKey>();
-  #deleted = new Set<string>();
-
-  add(k: ManagedKey): void {
-    this.byHash.set(k.hash, k);
-    this.bySecret.set(k.secret, k);
-  }
-
-  remove(k: ManagedKey): void {
-    this.byHash.delete(k.hash);
-    this.bySecret.delete(k.secret);
-    this.#deleted.add(k.secret);
-  }
-
-  isDeleted(secret: string): boolean {
-    return this.#deleted.has(secret);
-  }
-}
 
 function keyObject(state: SimState, k: ManagedKey): Record<string, unknown> {
   const v = state.ledger.view(k.secret);

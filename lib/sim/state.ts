@@ -3,8 +3,8 @@
 // armed faults. Only index.ts builds it; routes read and change it, never replace its parts.
 
 import type { Faults } from './faults.ts';
-import type { Generations } from './generations.ts';
-import type { Keyring } from './management.ts';
+import type { Generations } from './generation-log.ts';
+import type { Keyring } from './keyring.ts';
 import type { Ledger } from './usage.ts';
 
 export interface SimState {

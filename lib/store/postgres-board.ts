@@ -4,7 +4,7 @@
 // retention, and the board's reads. Upserts go in one sorted order, so writers never deadlock.
 
 import type postgres from 'postgres';
-import { auditDeltas, costDeltas, requestDeltas, type Deltas } from '../board/rollups.ts';
+import { auditDeltas, costDeltas, requestDeltas, type Deltas } from './rollups.ts';
 import { iso, numOrNull, type Raw } from './postgres-values.ts';
 import type { AuditRow, BoardStore, BoardSum, RequestRow } from './store.ts';
 

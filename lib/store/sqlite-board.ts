@@ -4,7 +4,7 @@
 // on the server's event loop. Never returns a key or a prompt.
 
 import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
-import { auditDeltas, costDeltas, requestDeltas, type Deltas } from '../board/rollups.ts';
+import { auditDeltas, costDeltas, requestDeltas, type Deltas } from './rollups.ts';
 import type { AuditRow, BoardStore, BoardSum, RequestRow } from './store.ts';
 
 type Raw = Record<string, unknown>;

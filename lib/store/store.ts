@@ -145,7 +145,7 @@ export interface UpstreamStore {
 }
 // end ring 1
 
-// board: rollups and the board's reads (lib/store/*-board.ts, lib/board/rollups.ts)
+// board: rollups and the board's reads (lib/store/*-board.ts, lib/store/rollups.ts)
 export type BoardGrain = 'h' | 'd' | 'a';
 export interface BoardSumsQuery {
   grain: BoardGrain;

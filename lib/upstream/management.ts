@@ -3,7 +3,7 @@
 // timeout, and every failure becomes a ManagementError naming the profile and the cause (status and
 // the router's message, unreachable, timed out). A key never appears in an error, a log or a result.
 
-import { withSlash } from '../catalog.ts';
+import { withSlash } from '../config.ts';
 import type { RouterUsage } from '../store/store.ts';
 
 /** The router's key object (protocols.md §4.1), the fields sluice reads. */

@@ -8,7 +8,7 @@ import t from 'tap';
 import { anomalies, RULES, type AnomalyInput } from '../../lib/board/anomalies.ts';
 import { summaryRoute } from '../../lib/board/index.ts';
 import { retentionDays, startMaintenance } from '../../lib/board/retention.ts';
-import { histIndex, histValue, percentiles, statusClass } from '../../lib/board/rollups.ts';
+import { histIndex, histValue, percentiles, statusClass } from '../../lib/store/rollups.ts';
 import type { Summary } from '../../lib/board/types.ts';
 import { ConfigError } from '../../lib/config.ts';
 

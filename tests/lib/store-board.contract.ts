@@ -5,7 +5,7 @@
 
 import { randomUUID } from 'node:crypto';
 import type { Test } from 'tap';
-import { requestDeltas, auditDeltas, SEP } from '../../lib/board/rollups.ts';
+import { requestDeltas, auditDeltas, SEP } from '../../lib/store/rollups.ts';
 import type { AuditRow, BoardGrain, BoardSumsQuery, RequestRow, Store } from '../../lib/store/store.ts';
 
 export interface Backing {

@@ -1,9 +1,9 @@
-// The board's rollups: which (grain, bucket, dimension, key) rows one request or audit row adds to,
+// The rollups the store keeps beside the request rows: which (grain, bucket, dimension, key) rows one request or audit row adds to,
 // and the fixed log-scale histogram buckets percentiles are read from. One aggregation function,
 // used by the write path (inside insertRequests' transaction), the start-up backfill and cost
 // corrections alike, so they can never disagree. Pure: it never touches a database or a clock.
 
-import type { AuditRow, RequestRow, TokenCounts } from '../store/store.ts';
+import type { AuditRow, RequestRow, TokenCounts } from './store.ts';
 
 /** 'h': bucket 'YYYY-MM-DDTHH' (UTC hour); 'd': 'YYYY-MM-DD' (UTC day); 'a': '' (all time). */
 export type Grain = 'h' | 'd' | 'a';
