@@ -139,19 +139,8 @@ export class Recorder {
       let file = join(this.dir, f);
       let rows: RequestRow[];
       try {
-        if (f === SPOOL) {
-          // Rename first: rows spooled from now on go to a fresh file, never into the one being replayed.
-          const claimed = `${file}.${process.pid}.${Date.now()}.replaying`;
-          await rename(file, claimed);
-          file = claimed;
-        }
-        rows = (await readFile(file, 'utf8')).split('\n').filter(Boolean).flatMap((line) => {
-          try {
-            return [JSON.parse(line) as RequestRow];
-          } catch {
-            return []; // a line torn by a crash mid-append: that row was never acknowledged
-          }
-        });
+        if (f === SPOOL) file = await claimSpool(file);
+        rows = await readSpool(file);
         // A replay cut short leaves the file; the next one writes it all again, and row ids skip
         // what already landed.
         for (let i = 0; i < rows.length; i += this.batch) await this.store.insertRequests(rows.slice(i, i + this.batch));
@@ -178,4 +167,22 @@ export class Recorder {
     clearTimeout(this.timer);
     this.timer = undefined;
   }
+}
+
+/** Renames the live spool file for replay: rows spooled from now on go to a fresh file, never into this one. */
+async function claimSpool(file: string): Promise<string> {
+  const claimed = `${file}.${process.pid}.${Date.now()}.replaying`;
+  await rename(file, claimed);
+  return claimed;
+}
+
+/** The rows of a spool file; a line torn by a crash mid-append is skipped (that row was never acknowledged). */
+async function readSpool(file: string): Promise<RequestRow[]> {
+  return (await readFile(file, 'utf8')).split('\n').filter(Boolean).flatMap((line) => {
+    try {
+      return [JSON.parse(line) as RequestRow];
+    } catch {
+      return [];
+    }
+  });
 }

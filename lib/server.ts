@@ -50,12 +50,7 @@ export async function createGateway(opts: GatewayOptions) {
   const { config, store, counters, log } = opts;
   const env = opts.env ?? process.env;
   const now = opts.now ?? Date.now;
-  const upstreamKeys = new Map<string, string>();
-  for (const name of config.profiles.keys()) {
-    const v = env[upstreamKeyVar(name)];
-    if (v) upstreamKeys.set(name, v);
-    else log.warn({ profile: name, variable: upstreamKeyVar(name) }, 'no upstream key for this profile: its requests will answer 503');
-  }
+  const upstreamKeys = upstreamKeysFrom(config, env, log);
   const trustedProxies = compileIpList((env.SLUICE_TRUSTED_PROXIES ?? '127.0.0.1/8,::1').split(','));
   const retention = retentionDays(env); // board: SLUICE_REQUEST_RETENTION_DAYS, checked before anything starts
   const catalog = new Catalog({ routers: config.routers.values(), log });
@@ -89,10 +84,7 @@ export async function createGateway(opts: GatewayOptions) {
     },
   };
 
-  // Each route with its chain, resolved once: the hot path iterates only the plugins its route runs.
-  const plugins = createPlugins(deps, { bodyTimeoutMs: opts.bodyTimeoutMs ?? 30_000 });
-  const routes = new Map<string, RouteDef & { chain: Plugin[] }>();
-  for (const [path, def] of Object.entries(ROUTES)) routes.set(path, { ...def, chain: plugins.filter((p) => p.routes.includes(def.route)) });
+  const routes = routeTable(createPlugins(deps, { bodyTimeoutMs: opts.bodyTimeoutMs ?? 30_000 }));
 
   const proxy = createProxy({ log, config, catalog, now, record, upstreamTimeoutMs: opts.upstreamTimeoutMs ?? 300_000 });
   const modelsBody = Buffer.from(JSON.stringify(modelList(config)));
@@ -121,18 +113,7 @@ export async function createGateway(opts: GatewayOptions) {
   const handler = createHandler({
     routes, operatorRoutes: board.routes, health, forward: proxy.forward, metrics, trustedProxies, modelsBody, log,
   });
-  const server = http.createServer({ requestTimeout: 120_000, headersTimeout: 30_000, keepAliveTimeout: 65_000 }, handler.listener);
-  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
-    // Malformed HTTP (bad request line, huge headers, a slow header block): answer plainly and
-    // close; never crash. As Node's own handler does, write nothing when a response on this socket
-    // has already begun (a pipelined bad request behind a streaming one): those bytes would land
-    // inside that response. Just close.
-    const current = (socket as { _httpMessage?: ServerResponse })._httpMessage;
-    if (!socket.writable || current?.headersSent) return void socket.destroy();
-    socket.end(err.code === 'HPE_HEADER_OVERFLOW' ? 'HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\n\r\n'
-      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'HTTP/1.1 408 Request Timeout\r\nconnection: close\r\n\r\n'
-      : 'HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n');
-  });
+  const server = createHttpServer(handler.listener);
 
   const reconcile = setInterval(() => {
     budget.reconcile(config.profiles.keys()).catch((err) => log.warn({ err: err.message }, 'budget reconciliation failed'));
@@ -166,22 +147,12 @@ export async function createGateway(opts: GatewayOptions) {
       clearInterval(reconcile);
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeIdleConnections();
-      const wait = async (ms: number, cutShort: boolean) => {
-        if (handler.inFlight === 0) return;
-        let timer: NodeJS.Timeout | undefined;
-        await Promise.race([
-          handler.idle(),
-          new Promise<void>((resolve) => (timer = setTimeout(resolve, ms))),
-          cutShort ? hurried : new Promise<void>(() => {}),
-        ]);
-        clearTimeout(timer);
-      };
-      await wait(graceMs, true);
+      await untilIdle(handler, graceMs, hurried);
       if (proxy.open > 0) {
         log.warn({ open: proxy.open }, 'grace period over: ending the streams still open with an error event');
         proxy.interrupt();
         // The error events were written: let them reach the clients before the sockets go.
-        await wait(1000, false);
+        await untilIdle(handler, 1000);
       }
       server.closeAllConnections();
       await closed;
@@ -198,6 +169,53 @@ export async function createGateway(opts: GatewayOptions) {
 }
 
 export type Gateway = Awaited<ReturnType<typeof createGateway>>;
+
+/** Waits until no request is in flight, `ms` pass, or `cutShort` resolves (a second signal). */
+async function untilIdle(handler: { inFlight: number; idle(): Promise<void> }, ms: number, cutShort?: Promise<void>): Promise<void> {
+  if (handler.inFlight === 0) return;
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([
+    handler.idle(),
+    new Promise<void>((resolve) => (timer = setTimeout(resolve, ms))),
+    cutShort ?? new Promise<void>(() => {}),
+  ]);
+  clearTimeout(timer);
+}
+
+/** Each profile's upstream key from its environment variable; a profile without one answers 503 (said once, at start). */
+function upstreamKeysFrom(config: Config, env: NodeJS.ProcessEnv, log: Logger): Map<string, string> {
+  const keys = new Map<string, string>();
+  for (const name of config.profiles.keys()) {
+    const v = env[upstreamKeyVar(name)];
+    if (v) keys.set(name, v);
+    else log.warn({ profile: name, variable: upstreamKeyVar(name) }, 'no upstream key for this profile: its requests will answer 503');
+  }
+  return keys;
+}
+
+/** Each /v1 route with its chain, resolved once: the hot path iterates only the plugins its route runs. */
+function routeTable(plugins: Plugin[]): Map<string, RouteDef & { chain: Plugin[] }> {
+  const routes = new Map<string, RouteDef & { chain: Plugin[] }>();
+  for (const [path, def] of Object.entries(ROUTES)) routes.set(path, { ...def, chain: plugins.filter((p) => p.routes.includes(def.route)) });
+  return routes;
+}
+
+/** The node:http server with its timeouts and its answer to malformed HTTP. */
+function createHttpServer(listener: http.RequestListener): http.Server {
+  const server = http.createServer({ requestTimeout: 120_000, headersTimeout: 30_000, keepAliveTimeout: 65_000 }, listener);
+  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
+    // Malformed HTTP (bad request line, huge headers, a slow header block): answer plainly and
+    // close; never crash. As Node's own handler does, write nothing when a response on this socket
+    // has already begun (a pipelined bad request behind a streaming one): those bytes would land
+    // inside that response. Just close.
+    const current = (socket as { _httpMessage?: ServerResponse })._httpMessage;
+    if (!socket.writable || current?.headersSent) return void socket.destroy();
+    socket.end(err.code === 'HPE_HEADER_OVERFLOW' ? 'HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\n\r\n'
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'HTTP/1.1 408 Request Timeout\r\nconnection: close\r\n\r\n'
+      : 'HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n');
+  });
+  return server;
+}
 
 /** GET /v1/models: sluice/auto, the sluice/<tier> aliases and the tier models, in a shape both SDKs read. */
 function modelList(config: Config) {
