@@ -1,40 +1,19 @@
 // The processes of the stream and soak benchmarks: the simulated router, one `sluice serve` on the
 // embedded store and a forked load generator, each in its own process on the project's Node, with
-// /proc readings of a pid (RSS, open fds, CPU). Every child and temporary directory is registered
-// as it is created and removed on exit, on error and on a signal: nothing outlives the benchmark.
+// /proc readings of a pid (RSS, open fds, CPU). Every child and temporary directory goes through
+// the one registry (children.ts), removed on exit, on error and on a signal.
 
-import { fork, spawn, type ChildProcess } from 'node:child_process';
+import { fork, type ChildProcess } from 'node:child_process';
+import { ROOT, spawnNode, tempDir, track, type Spawned } from './children.ts';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
-import { fileURLToPath } from 'node:url';
 
-export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 export const UPSTREAM_KEY = `sk-or-v1-bench${randomBytes(25).toString('hex')}`;
-
-const children = new Set<ChildProcess>();
-const temps: string[] = [];
-
-export function log(msg: string): void {
-  process.stderr.write(`[bench] ${msg}\n`);
-}
-
-export function cleanup(): void {
-  for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
-  children.clear();
-  for (const d of temps.splice(0)) rmSync(d, { recursive: true, force: true });
-}
-process.on('exit', cleanup);
-
-export function tempDir(tag: string): string {
-  const d = mkdtempSync(join(tmpdir(), `sluice-bench-${tag}-`));
-  temps.push(d);
-  return d;
-}
+export { cleanup, log, ROOT, tempDir } from './children.ts';
 
 export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -47,38 +26,11 @@ export function freePort(): Promise<number> {
   });
 }
 
-export interface Proc {
-  proc: ChildProcess;
-  pid: number;
+export interface Proc extends Spawned {
   origin: string;
-  /** The last 64 KB of stdout + stderr. */
-  output(): string;
-  /** Every stdout line that parsed as JSON (sluice's pino lines). */
-  lines: Array<Record<string, any>>;
 }
 
-function run(args: string[], env: NodeJS.ProcessEnv, nodeFlags: string[] = []): Omit<Proc, 'origin'> {
-  const proc = spawn(process.execPath, [...nodeFlags, ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
-  children.add(proc);
-  proc.once('exit', () => children.delete(proc));
-  let tail = '';
-  let rest = '';
-  const lines: Array<Record<string, any>> = [];
-  proc.stdout!.setEncoding('utf8').on('data', (c: string) => {
-    tail = (tail + c).slice(-65536);
-    const parts = (rest + c).split('\n');
-    rest = parts.pop()!;
-    for (const p of parts) {
-      try {
-        lines.push(JSON.parse(p));
-      } catch {
-        // not a log line
-      }
-    }
-  });
-  proc.stderr!.setEncoding('utf8').on('data', (c: string) => (tail = (tail + c).slice(-65536)));
-  return { proc, pid: proc.pid!, output: () => tail, lines };
-}
+const run = spawnNode;
 
 async function waitFor(name: string, p: Omit<Proc, 'origin'>, ready: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
   const until = Date.now() + timeoutMs;
@@ -177,7 +129,7 @@ export class Loader<Job extends object, Result> {
 
   constructor(script = 'bench/stream-load.ts') {
     this.proc = fork(join(ROOT, script), [], { cwd: ROOT, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-    children.add(this.proc);
+    track(this.proc);
     let ready!: () => void;
     this.ready = new Promise((r) => (ready = r));
     this.proc.on('message', (m: any) => {
@@ -189,7 +141,6 @@ export class Loader<Job extends object, Result> {
       else w.resolve(m as Result);
     });
     this.proc.once('exit', (code) => {
-      children.delete(this.proc);
       for (const w of this.waiting.values()) w.reject(new Error(`load generator exited (${code})`));
       this.waiting.clear();
     });
@@ -265,12 +216,3 @@ export function sampler(f: () => number, everyMs = 100): { stop(): number[] } {
 }
 
 /** Interrupts (Ctrl-C) end every process, then the benchmark. */
-export function onSignals(): void {
-  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
-    process.once(sig, () => {
-      log(`${sig}: stopping every process`);
-      cleanup();
-      process.exit(130);
-    });
-  }
-}

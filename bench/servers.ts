@@ -1,77 +1,17 @@
 // The benchmark's processes (bench/run.ts): the sim, the three floors and sluice on either store,
-// each started in its own process on the project's Node. Every child, temporary directory and undo
-// step (a Postgres database, Redis counters) is registered as it is created, and cleanup() removes
-// them all, on error and on a signal too.
+// each started in its own process on the project's Node, through the one registry of children,
+// temporary directories and undo steps (children.ts), which removes them all on error and on a signal.
 
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { onCleanup, spawnNode, tempDir } from './children.ts';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { benchConfig, freePort, serveNodeFlags } from './procs.ts';
-import { log, NODE, PG_ADMIN_URL, PROFILE_DIR, REDIS_URL, ROOT, UPSTREAM_KEY, type StoreKind } from './settings.ts';
+import { PG_ADMIN_URL, PROFILE_DIR, REDIS_URL, UPSTREAM_KEY, type StoreKind } from './settings.ts';
 
-// ---------------------------------------------------------------------------------------------
-// Cleanup: every child, temporary directory and async undo step is registered as it is created.
-
-const children = new Set<ChildProcess>();
-const tempDirs: string[] = [];
-const undo: Array<() => Promise<void>> = [];
-
-function killAll(): void {
-  for (const c of children) {
-    if (c.exitCode === null && c.signalCode === null && c.pid !== undefined) {
-      try {
-        process.kill(c.pid, 'SIGKILL');
-      } catch {
-        // already gone
-      }
-    }
-  }
-  children.clear();
-}
-
-function removeTemp(): void {
-  for (const d of tempDirs.splice(0)) rmSync(d, { recursive: true, force: true });
-}
-
-let cleaning: Promise<void> | undefined;
-/** Idempotent: a signal and the failure it causes in main() share one cleanup and both wait for it. */
-export function cleanup(): Promise<void> {
-  cleaning ??= (async () => {
-    killAll();
-    for (const step of undo.splice(0).reverse()) {
-      await Promise.race([step(), new Promise<void>((r) => setTimeout(r, 10_000).unref())]).catch((err) => log(`cleanup step failed: ${(err as Error).message}`));
-    }
-    removeTemp();
-  })();
-  return cleaning;
-}
-
-process.on('exit', () => {
-  killAll();
-  removeTemp();
-});
-let interrupted = false;
-/** Whether a signal stopped the run (its failure is then not worth a stack trace). */
-export function wasInterrupted(): boolean {
-  return interrupted;
-}
-for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
-  process.once(sig, () => {
-    interrupted = true;
-    log(`${sig}: stopping every process`);
-    void cleanup().finally(() => process.exit(130));
-  });
-}
-
-export function tempDir(tag: string): string {
-  const d = mkdtempSync(join(tmpdir(), `sluice-bench-${tag}-`));
-  tempDirs.push(d);
-  return d;
-}
+export { cleanup, wasInterrupted } from './children.ts';
 
 // ---------------------------------------------------------------------------------------------
 // Processes
@@ -85,16 +25,7 @@ export interface Server {
 }
 
 function start(args: string[], env: NodeJS.ProcessEnv): { proc: ChildProcess; output: () => string } {
-  const proc = spawn(NODE, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
-  children.add(proc);
-  proc.once('exit', () => children.delete(proc));
-  let tail = '';
-  const keep = (c: Buffer) => {
-    tail = (tail + c.toString()).slice(-4000);
-  };
-  proc.stdout!.on('data', keep);
-  proc.stderr!.on('data', keep);
-  return { proc, output: () => tail };
+  return spawnNode(args, env);
 }
 
 /** Resolves with the first match of `re` in the process's output; rejects if it exits first. */
@@ -279,7 +210,7 @@ async function guardRedisSpend(): Promise<void> {
     }
     return saved;
   });
-  undo.push(() => withRedis(async (r) => {
+  onCleanup(() => withRedis(async (r) => {
     for (const k of await scan(r)) {
       const old = before.get(k);
       if (!old) await r.del(k);
@@ -296,7 +227,7 @@ export async function startSluice(sim: Server, store: StoreKind): Promise<Target
   if (store === 'postgres') {
     const name = `sluice_bench_${randomBytes(6).toString('hex')}`;
     await pgAdmin(`CREATE DATABASE ${name}`);
-    undo.push(() => pgAdmin(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`));
+    onCleanup(() => pgAdmin(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`));
     const url = new URL(PG_ADMIN_URL);
     url.pathname = `/${name}`;
     databaseUrl = url.toString();

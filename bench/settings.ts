@@ -5,8 +5,8 @@ import { execFileSync } from 'node:child_process';
 import { resolve } from 'node:path';
 
 // The checkout, the bench's upstream key and its log line: the same ones bench/streams.ts and bench/soak.ts use.
-export { log, ROOT, UPSTREAM_KEY } from './procs.ts';
-export const NODE = process.execPath;
+export { log, ROOT } from './children.ts';
+export { UPSTREAM_KEY } from './procs.ts';
 export const PG_ADMIN_URL = process.env.BENCH_PG_URL ?? 'postgres://root@127.0.0.1:5432/postgres';
 export const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
 export const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { MixedResult } from './soak-traffic.ts';
 import type { MixedJob } from './stream-load.ts';
-import { cleanup, Loader, log, onSignals, openFds, ROOT, rssByKind, rssMiB, startSim, startSluice, tempDir } from './procs.ts';
+import { cleanup, Loader, log, openFds, ROOT, rssByKind, rssMiB, startSim, startSluice, tempDir } from './procs.ts';
 
 /** Least-squares slope of y over x. */
 export function slope(points: Array<[number, number]>): number {
@@ -35,7 +35,6 @@ function minutesArg(): number {
 }
 
 export async function main(): Promise<number> {
-  onSignals();
   const minutes = minutesArg();
   const rate = Number(process.env.BENCH_SOAK_RATE ?? 50);
   const durationMs = minutes * 60_000;

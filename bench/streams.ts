@@ -8,7 +8,7 @@
 
 import { percentile, streamCall, streamRequest } from './stream-client.ts';
 import type { SlowJob, SlowResult, StreamsJob, StreamsResult } from './stream-load.ts';
-import { cleanup, Loader, log, onSignals, rssMiB, sampler, startSim, startSluice, UPSTREAM_KEY, type Proc, type Sluice } from './procs.ts';
+import { cleanup, Loader, log, rssMiB, sampler, startSim, startSluice, UPSTREAM_KEY, type Proc, type Sluice } from './procs.ts';
 
 const QUICK = process.argv.includes('--quick');
 const INTERVAL = 20;
@@ -54,7 +54,6 @@ async function alternate(load: Loaded, sim: Proc, sluice: Sluice, n: number, ram
 }
 
 export async function main(): Promise<number> {
-  onSignals();
   const sent = new Map<string, number>();
   const count = (run: string, n: number) => sent.set(run, (sent.get(run) ?? 0) + n);
   const lines: string[] = [];
