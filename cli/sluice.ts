@@ -142,6 +142,17 @@ const cli = yargs(hideBin(process.argv))
       `export ANTHROPIC_API_KEY=`,
       `export OPENAI_BASE_URL=${base}/v1`,
       `export OPENAI_API_KEY=${a.key}`,
+      // Codex reads its key from the variable its provider's env_key names (the default already is that variable).
+      ...(a.key === '$SLUICE_KEY' ? [] : [`export SLUICE_KEY=${a.key}`]),
+      // Comments, so the output stays something a shell can eval (docs/responses.md).
+      '# Codex CLI: add to ~/.codex/config.toml',
+      '# model = "sluice/auto"',
+      '# model_provider = "sluice"',
+      '# [model_providers.sluice]',
+      '# name = "sluice"',
+      `# base_url = "${base}/v1"`,
+      '# env_key = "SLUICE_KEY"',
+      '# wire_api = "responses"',
       '',
     ].join('\n'));
   })

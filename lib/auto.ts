@@ -19,16 +19,26 @@ function text(content: unknown): string {
   return content.map((b) => (b && typeof b.text === 'string' ? b.text : '')).filter(Boolean).join('\n');
 }
 
-/** The last user turn (the request being routed), cut to a few thousand characters. */
+/**
+ * The last user turn (the request being routed), cut to a few thousand characters: from chat and
+ * messages `messages`, or from a Responses `input` (a string is the user's turn itself; items are
+ * messages with `role`, whose content is a string or `input_text` parts).
+ */
 export function excerpt(body: Record<string, any>): string {
-  const messages = Array.isArray(body.messages) ? body.messages : [];
-  for (let i = messages.length - 1; i >= 0; i--) {
-    if (messages[i]?.role === 'user') {
-      const t = text(messages[i].content);
-      if (t) return t.length > EXCERPT_CHARS ? `${t.slice(0, EXCERPT_CHARS)}…` : t;
+  const input = body.input;
+  if (!Array.isArray(body.messages) && typeof input === 'string') return cut(input);
+  const turns = Array.isArray(body.messages) ? body.messages : Array.isArray(input) ? input : [];
+  for (let i = turns.length - 1; i >= 0; i--) {
+    if (turns[i]?.role === 'user') {
+      const t = text(turns[i].content);
+      if (t) return cut(t);
     }
   }
   return '';
+}
+
+function cut(t: string): string {
+  return t.length > EXCERPT_CHARS ? `${t.slice(0, EXCERPT_CHARS)}…` : t;
 }
 
 /** The first ladder tier named in the reply, case-insensitive, as a whole word. */

@@ -55,8 +55,8 @@ export interface Plugin {
   run(ctx: Ctx): void | Promise<void>;
 }
 
-export const PROXIED: readonly Route[] = ['chat', 'messages', 'count_tokens'];
-export const ALL_V1: readonly Route[] = ['chat', 'messages', 'count_tokens', 'models'];
+export const PROXIED: readonly Route[] = ['chat', 'messages', 'responses', 'count_tokens'];
+export const ALL_V1: readonly Route[] = ['chat', 'messages', 'responses', 'count_tokens', 'models'];
 
 // Request ids are UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, then randomness, with a
 // counter in rand_a so ids of one millisecond still sort by arrival. Time-ordered ids make the

@@ -1,6 +1,8 @@
 // End user and auto session of a request (CONTRACT §6). The Claude Code session header wins and
-// spares reading the body; otherwise chat `user` or messages `metadata.user_id`, where a Claude
-// Code blob (JSON or the older `user_…_session_<uuid>` form) is reduced to `cc:<session id>`.
+// spares reading the body; otherwise chat `user`, responses `user` (else `safety_identifier`) or
+// messages `metadata.user_id`, where a Claude Code blob (JSON or the older `user_…_session_<uuid>`
+// form) is reduced to `cc:<session id>`. The auto session is `x-sluice-session`, else the coding
+// agent's own: Claude Code's, or on the responses dialect Codex's `session-id` header.
 
 import type { Ctx } from './context.ts';
 
@@ -36,17 +38,26 @@ export function identify(ctx: Ctx): void {
     return;
   }
   let user: string | null = null;
-  let ccSession: string | undefined;
+  /** The coding agent's own session id, when the request carries one. */
+  let agentSession: string | null = null;
   const body = ctx.body;
   if (ctx.dialect === 'chat') {
     if (typeof body?.user === 'string' && body.user) user = body.user;
+  } else if (ctx.dialect === 'responses') {
+    // `safety_identifier` is OpenAI's newer name for the same thing; `user` wins when both are sent.
+    if (typeof body?.user === 'string' && body.user) user = body.user;
+    else if (typeof body?.safety_identifier === 'string' && body.safety_identifier) user = body.safety_identifier;
+    // Codex sends its conversation's id on every request of it. Unlike Claude Code's it is not
+    // made an end user: a Codex request without `user` counts toward the key's limit only.
+    agentSession = header(ctx, 'session-id');
   } else {
     const id = body?.metadata?.user_id;
     if (typeof id === 'string' && id) {
-      ccSession = claudeCodeSession(id);
+      const ccSession = claudeCodeSession(id);
       user = ccSession ? `cc:${ccSession}` : id;
+      agentSession = ccSession ?? null;
     }
   }
   ctx.endUser = user ? user.slice(0, MAX_LEN) : null;
-  ctx.session = explicit ?? ccSession ?? null;
+  ctx.session = explicit ?? agentSession;
 }

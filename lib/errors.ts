@@ -2,6 +2,8 @@
 // that renders a GatewayError in the request's dialect. Plugins only throw; the server renders.
 // Static bodies are serialised once at start-up; messages never tell which check failed beyond
 // the catalogue (all bad keys share one body, word for word). Upstream errors never pass here.
+// The Responses API writes HTTP errors in the chat envelope (OpenAI uses one for both), so its
+// bodies are the chat ones; only its in-stream failure has its own events (docs/responses.md).
 
 import type { ServerResponse } from 'node:http';
 
@@ -56,6 +58,7 @@ export class GatewayError extends Error {
   }
 }
 
+/** The body of an error in a dialect: responses shares chat's `{"error":{message,type,param,code}}`. */
 export function errorBody(dialect: Dialect, code: ErrorCode, message: string): string {
   const spec: Spec = CATALOGUE[code];
   return dialect === 'messages'
@@ -77,10 +80,24 @@ export function renderError(res: ServerResponse, dialect: Dialect, err: GatewayE
   res.end(body);
 }
 
-/** One SSE error event in the stream's dialect, for failures after the response has begun (CONTRACT §5). */
-export function streamErrorEvent(dialect: Dialect, code: ErrorCode): string {
+/** Where a Responses stream stood when it failed: its next sequence number and the response's id. */
+export interface StreamPosition { sequence: number; responseId: string | null }
+
+/**
+ * The SSE that ends a stream failing after the response began (CONTRACT §5), in the stream's
+ * dialect. Chat: one `data: {"error":…}` then `[DONE]`; messages: one `event: error`. Responses:
+ * an `error` event (the openai SDK throws on it) then `response.failed` carrying the same code
+ * (what Codex reads: an unknown code is retried, as a dropped stream is), then `[DONE]` as the
+ * router ends its streams; both events carry `sequence_number`, which the AI SDK requires.
+ */
+export function streamErrorEvent(dialect: Dialect, code: ErrorCode, at: StreamPosition = { sequence: 0, responseId: null }): string {
   const spec: Spec = CATALOGUE[code];
-  return dialect === 'messages'
-    ? `event: error\ndata: ${JSON.stringify({ type: 'error', error: { type: spec.messagesType, message: spec.message } })}\n\n`
-    : `data: ${JSON.stringify({ error: { message: spec.message, type: spec.chatType, code } })}\n\ndata: [DONE]\n\n`;
+  if (dialect === 'messages') return `event: error\ndata: ${JSON.stringify({ type: 'error', error: { type: spec.messagesType, message: spec.message } })}\n\n`;
+  if (dialect === 'chat') return `data: ${JSON.stringify({ error: { message: spec.message, type: spec.chatType, code } })}\n\ndata: [DONE]\n\n`;
+  const error = { type: 'error', code, message: spec.message, param: null, sequence_number: at.sequence };
+  const failed = {
+    type: 'response.failed', sequence_number: at.sequence + 1,
+    response: { id: at.responseId, object: 'response', status: 'failed', error: { code, message: spec.message }, incomplete_details: null },
+  };
+  return `event: error\ndata: ${JSON.stringify(error)}\n\nevent: response.failed\ndata: ${JSON.stringify(failed)}\n\ndata: [DONE]\n\n`;
 }

@@ -18,6 +18,7 @@ export const ROUTES: Record<string, RouteDef> = {
   '/v1/chat/completions': { route: 'chat', method: 'POST', dialect: 'chat' },
   '/v1/messages': { route: 'messages', method: 'POST', dialect: 'messages' },
   '/v1/messages/count_tokens': { route: 'count_tokens', method: 'POST', dialect: 'messages' },
+  '/v1/responses': { route: 'responses', method: 'POST', dialect: 'responses' },
   '/v1/models': { route: 'models', method: 'GET', dialect: 'chat' },
 };
 
@@ -37,10 +38,18 @@ export interface HandlerOptions {
   log: Logger;
 }
 
-/** Requests outside a known route still get an error in the dialect their headers suggest. */
+/** Requests outside a known route still get an error in the dialect their path or headers suggest. */
 function guessDialect(req: IncomingMessage, path: string): Dialect {
+  if (path.startsWith('/v1/responses')) return 'responses';
   return path.startsWith('/v1/messages') || req.headers['anthropic-version'] !== undefined ? 'messages' : 'chat';
 }
+
+/**
+ * Codex's remote compaction endpoint. The router has none (it is stateless), so it is a 404 that
+ * says so: Codex with a custom provider compacts locally through /v1/responses (docs/responses.md).
+ */
+const COMPACT_PATH = '/v1/responses/compact';
+const NO_COMPACT = 'The router has no remote compaction endpoint: compact locally (Codex does with a custom provider).';
 
 /** Where a request goes: its path, its route (if any), the dialect of its errors, its context once made. */
 class Where {
@@ -82,7 +91,7 @@ export function createHandler(opts: HandlerOptions) {
     }
     const operator = req.method === 'GET' || req.method === 'HEAD' ? operatorRoutes.get(path) : undefined;
     if (operator) return void (await operator(req, res));
-    if (!def) return renderError(res, dialect, new GatewayError('not_found'));
+    if (!def) return renderError(res, dialect, path === COMPACT_PATH ? new GatewayError('not_found', { message: NO_COMPACT }) : new GatewayError('not_found'));
     if (req.method !== def.method) {
       res.setHeader('allow', def.method);
       return renderError(res, dialect, new GatewayError('method_not_allowed'));

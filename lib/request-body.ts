@@ -152,3 +152,18 @@ export function someEntryWith(body: Record<string, any>, field: string, key: str
   const list = body[field];
   return Array.isArray(list) && list.some((e) => e?.[key] === value);
 }
+
+/**
+ * What kind of JSON value the top-level member `key` holds, without decoding it: on a scanned body
+ * whose member is untouched, its first byte says; otherwise the value's own type. Undefined when absent.
+ */
+export function memberKind(body: Record<string, any>, key: string): 'string' | 'array' | 'object' | 'other' | undefined {
+  if (!Object.prototype.hasOwnProperty.call(body, key)) return undefined;
+  const origin = originOf(body);
+  if (origin && untouched(body, origin, key)) {
+    const first = origin.raw[origin.last.get(key)!.valueStart];
+    return first === 0x22 ? 'string' : first === 0x5b ? 'array' : first === 0x7b ? 'object' : 'other';
+  }
+  const v = body[key];
+  return typeof v === 'string' ? 'string' : Array.isArray(v) ? 'array' : v !== null && typeof v === 'object' ? 'object' : 'other';
+}

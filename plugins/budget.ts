@@ -9,7 +9,7 @@ import { GatewayError } from '../lib/errors.ts';
 export function budget(deps: { budget: Budget }): Plugin {
   return {
     name: 'budget',
-    routes: ['chat', 'messages'],
+    routes: ['chat', 'messages', 'responses'],
     async run(ctx) {
       const state = await deps.budget.state(ctx.profile!);
       if (state.blocked) throw new GatewayError('budget_exhausted', { headers: { 'retry-after': String(state.retryAfterS) } });

@@ -14,6 +14,7 @@ import { profileCheck } from './profile-check.ts';
 import { rateLimit } from './rate-limit.ts';
 import { readBody } from './read-body.ts';
 import { sanitize } from './sanitize.ts';
+import { sanitizeResponses } from './sanitize-responses.ts';
 
 export function createPlugins(deps: Deps, opts: { bodyTimeoutMs: number }): Plugin[] {
   return [
@@ -24,6 +25,7 @@ export function createPlugins(deps: Deps, opts: { bodyTimeoutMs: number }): Plug
     rateLimit(deps, 'key'),                      // 7    a key seen over its requests per minute → 429, body unread
     readBody({ timeoutMs: opts.bodyTimeoutMs }), //      the body, read and scanned once; end user and session
     rateLimit(deps, 'end-user'),                 // 1, 7 IP block, key and (key, end user) windows counted in one step → 429
+    sanitizeResponses(),                         //      responses: stateful fields the stateless router cannot honour → 400
     budget(deps),                                // 8    daily and monthly budget → degrade, or 429 at 100 %
     modelResolve(deps),                          //      aliases, sluice/auto, degradation, max_tokens cap, chat fallbacks
     sanitize(),                                  //      messages-dialect fields non-vendor models reject

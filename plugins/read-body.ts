@@ -22,8 +22,8 @@ export const MAX_DEPTH = 512;
  * it must be a header-safe token: router ids are short printable ASCII (`openai/gpt-5:online`).
  */
 const MODEL_RE = /^[\x21-\x7e]{1,256}$/;
-/** Top-level arrays whose entries the scan indexes: the sanitizer inspects them without decoding them. */
-const INDEXED = new Set(['messages', 'tools']);
+/** Top-level arrays whose entries the scan indexes: the sanitizers inspect them without decoding them. */
+const INDEXED = new Set(['messages', 'tools', 'input']);
 
 function readAll(ctx: Ctx, timeoutMs: number): Promise<Buffer> {
   const req = ctx.req;

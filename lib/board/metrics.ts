@@ -26,7 +26,7 @@ export interface MetricsSources {
 }
 
 const AUTH_OUTCOMES: readonly AuditOutcome[] = ['missing_key', 'malformed_key', 'unknown_key', 'revoked_key', 'expired_key', 'ip_not_allowed'];
-const ROUTES = new Set(['chat', 'messages', 'count_tokens', 'models']);
+const ROUTES = new Set(['chat', 'messages', 'responses', 'count_tokens', 'models']);
 const OUTCOMES = new Set(['ok', 'upstream_error', 'client_disconnect', 'gateway_error']);
 const TOKEN_KINDS = ['input', 'output', 'cache_read', 'cache_write', 'reasoning'] as const;
 const STAGE = { none: 0, 'fast-only': 1, 'max-tokens': 2, blocked: 3 } as const;

@@ -7,7 +7,7 @@
 import type { ClientRequest, IncomingMessage, ServerResponse } from 'node:http';
 import { rowCost, type Catalog, type Prices } from '../catalog.ts';
 import type { Ctx } from '../context.ts';
-import { GatewayError, renderError, streamErrorEvent } from '../errors.ts';
+import { GatewayError, renderError, streamErrorEvent, type ErrorCode } from '../errors.ts';
 import type { Outcome, RequestRow } from '../store/store.ts';
 import { UsageTap, usageOf } from './usage-tap.ts';
 
@@ -107,7 +107,7 @@ export class Exchange {
   failMidResponse(): void {
     const res = this.ctx.res;
     if (!res.destroyed && !res.writableEnded) {
-      if (this.isStream) res.end(streamErrorEvent(this.ctx.dialect, this.timedOut ? 'upstream_timeout' : 'upstream_stream_failed'));
+      if (this.isStream) res.end(this.streamError(this.timedOut ? 'upstream_timeout' : 'upstream_stream_failed'));
       else res.destroy();
     }
     this.finish('upstream_error');
@@ -126,11 +126,17 @@ export class Exchange {
     const { res, dialect } = this.ctx;
     if (!res.headersSent) renderError(res, dialect, new GatewayError('shutting_down'));
     else if (!res.writableEnded && !res.destroyed) {
-      if (this.isStream) res.end(streamErrorEvent(dialect, 'shutting_down'));
+      if (this.isStream) res.end(this.streamError('shutting_down'));
       else res.destroy();
     }
     this.finish('gateway_error');
     this.upstreamReq?.destroy();
+  }
+
+  /** The events that end this stream with an error; a Responses stream's continue its numbering and name its response. */
+  private streamError(code: ErrorCode): string {
+    const tap = this.tap;
+    return streamErrorEvent(this.ctx.dialect, code, { sequence: tap?.responseEvents ?? 0, responseId: tap?.usage.generation_id ?? null });
   }
 
   /** Writes the row exactly once, whatever ended the exchange. */

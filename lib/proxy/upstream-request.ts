@@ -8,15 +8,23 @@ import { withSlash, type Config } from '../config.ts';
 import type { Ctx } from '../context.ts';
 import { encodeBody } from '../request-body.ts';
 
-const UPSTREAM_PATH = { chat: 'api/v1/chat/completions', messages: 'api/v1/messages', count_tokens: 'api/v1/messages/count_tokens' } as const;
+const UPSTREAM_PATH = {
+  chat: 'api/v1/chat/completions', messages: 'api/v1/messages', responses: 'api/v1/responses', count_tokens: 'api/v1/messages/count_tokens',
+} as const;
 
-/** Request headers that never go upstream: client credentials, sluice's own, hop-by-hop. */
+/**
+ * Request headers that never go upstream: client credentials, sluice's own, the coding agents'
+ * session headers sluice consumes (Claude Code's; Codex's `session-id` and `thread-id`, whose ids
+ * its `x-codex-*` headers repeat beside the installation id: see CODEX_PREFIX), hop-by-hop.
+ */
 const STRIP_REQUEST = new Set([
-  'authorization', 'x-api-key', 'x-sluice-session', 'x-sluice-run', 'x-claude-code-session-id', 'x-forwarded-for',
+  'authorization', 'x-api-key', 'x-sluice-session', 'x-sluice-run', 'x-claude-code-session-id', 'session-id', 'thread-id', 'x-forwarded-for',
   'x-forwarded-host', 'x-forwarded-proto', 'x-forwarded-port', 'x-real-ip', 'forwarded',
   'connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade',
   'content-length', 'accept-encoding', 'host', 'expect', 'content-type',
 ]);
+/** Codex's telemetry headers (turn metadata, window id, beta features): the router reads none of them. */
+const CODEX_PREFIX = 'x-codex-';
 
 /** Every router's URL for every proxied route, joined once at start-up. */
 export function upstreamTargets(config: Pick<Config, 'routers'>): Map<string, URL> {
@@ -55,7 +63,7 @@ export function headersOf(ctx: Ctx, bodyLength: number): IncomingHttpHeaders {
     'content-type': 'application/json',
     'content-length': String(bodyLength),
   };
-  for (const h in from) if (!STRIP_REQUEST.has(h)) out[h] = from[h];
+  for (const h in from) if (!STRIP_REQUEST.has(h) && !h.startsWith(CODEX_PREFIX)) out[h] = from[h];
   return out;
 }
 

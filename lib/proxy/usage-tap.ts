@@ -1,9 +1,9 @@
 // The usage tap: reads a copy of the upstream response while its bytes stream to the client
 // untouched, and yields tokens, cost, provider, generation id and the tools the model called.
-// Both dialects, SSE or JSON, with chunks cut at any byte (TextDecoder keeps split characters,
+// All three dialects, SSE or JSON, with chunks cut at any byte (TextDecoder keeps split characters,
 // eventsource-parser keeps split lines). It must never throw into the stream: every failure is
 // swallowed and only marks the result unreadable. Hot path: events are JSON-parsed only when
-// their name or text says they can carry something the row needs.
+// their name or text says they can carry something the row needs (never a text delta).
 
 import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
 import type { Dialect } from '../errors.ts';
@@ -20,8 +20,26 @@ export interface Usage {
   generation_id: string | null;
   model: string | null;
   tools: string[];
-  /** An error arrived in-band (a chat chunk with `error`, or a messages `event: error`). */
+  /** An error arrived in-band (a chat chunk with `error`, a messages `event: error`, a Responses `error` or failed response). */
   error: boolean;
+}
+
+/**
+ * Responses events the row needs (the rest are deltas and part bookkeeping). In a stream without
+ * `event:` lines these markers find them in the data: a JSON string escapes its quotes, so a
+ * marker can only match the event's own structure, never text the model wrote.
+ */
+const RESPONSES_MARKERS = ['"response.created"', '"response.in_progress"', '"response.completed"', '"response.incomplete"', '"response.failed"', '_call"', '"error"'];
+
+/**
+ * The tool an output item records: a function or custom tool by its name, a hosted tool by its
+ * item type (`web_search_call` → web_search, `code_interpreter_call` → code_interpreter).
+ */
+function responsesTool(item: any): string | undefined {
+  const type = item?.type;
+  if (typeof type !== 'string' || !type.endsWith('_call')) return undefined;
+  if (type === 'function_call' || type === 'custom_tool_call' || type === 'mcp_call') return typeof item.name === 'string' && item.name ? item.name : undefined;
+  return type.slice(0, -5);
 }
 
 const MAX_JSON_BYTES = 16 * 1024 * 1024;
@@ -41,6 +59,8 @@ export class UsageTap {
   private chunks: Buffer[] | null = null;
   private size = 0;
   private broken = false;
+  /** Responses events seen: the next `sequence_number` of a stream numbered from 0, for an error sluice appends. */
+  responseEvents = 0;
 
   constructor(dialect: Dialect, stream: boolean) {
     this.dialect = dialect;
@@ -80,12 +100,14 @@ export class UsageTap {
   /** Reads a complete JSON response body of the tap's dialect. */
   readJson(json: unknown): void {
     if (this.dialect === 'chat') this.readChat(json, false);
+    else if (this.dialect === 'responses') this.readResponse(json);
     else this.readMessage(json);
   }
 
   private onEvent(ev: EventSourceMessage): void {
     try {
-      if (this.dialect === 'chat') {
+      if (this.dialect === 'responses') this.onResponsesEvent(ev);
+      else if (this.dialect === 'chat') {
         const d = ev.data;
         // Only the first chunk (ids, provider), usage, tool calls and errors matter.
         if (d === '[DONE]') return;
@@ -113,6 +135,44 @@ export class UsageTap {
       }
     } catch {
       // A malformed event costs only its own fields; the stream itself is never touched.
+    }
+  }
+
+  private onResponsesEvent(ev: EventSourceMessage): void {
+    const d = ev.data;
+    if (d === '[DONE]') return;
+    this.responseEvents++;
+    let kind = ev.event;
+    let j: any;
+    if (kind === undefined) {
+      if (!RESPONSES_MARKERS.some((m) => d.includes(m))) return;
+      j = JSON.parse(d);
+      kind = j?.type;
+    }
+    switch (kind) {
+      case 'response.created':
+      case 'response.in_progress':
+        // The id arrives first: a client that leaves mid-stream still leaves a generation to reconcile.
+        if (this.usage.generation_id === null) this.readResponse((j ?? JSON.parse(d))?.response);
+        break;
+      case 'response.output_item.added':
+      case 'response.output_item.done': {
+        if (!d.includes('_call"')) break; // a message or reasoning item: no tool
+        const name = responsesTool((j ?? JSON.parse(d))?.item);
+        if (name) this.tool(name);
+        break;
+      }
+      case 'response.completed':
+      case 'response.incomplete':
+        this.readResponse((j ?? JSON.parse(d))?.response);
+        break;
+      case 'response.failed':
+        this.usage.error = true;
+        this.readResponse((j ?? JSON.parse(d))?.response);
+        break;
+      case 'error':
+        this.usage.error = true;
+        break;
     }
   }
 
@@ -157,6 +217,34 @@ export class UsageTap {
     if (m.type === 'error') u.error = true;
     if (Array.isArray(m.content)) for (const b of m.content) if ((b?.type === 'tool_use' || b?.type === 'server_tool_use') && typeof b.name === 'string') this.tool(b.name);
     this.readMessageUsage(m.usage);
+  }
+
+  /** A Responses object: the JSON body, or the `response` of a created, completed, incomplete or failed event. */
+  private readResponse(r: any): void {
+    if (!r || typeof r !== 'object') return;
+    const u = this.usage;
+    if (typeof r.id === 'string' && u.generation_id === null) u.generation_id = r.id;
+    if (typeof r.provider === 'string') u.provider = r.provider;
+    if (typeof r.model === 'string') u.model = r.model;
+    if (r.status === 'failed' || (r.error !== null && typeof r.error === 'object')) u.error = true;
+    if (Array.isArray(r.output)) {
+      for (const item of r.output) {
+        const name = responsesTool(item);
+        if (name) this.tool(name);
+      }
+    }
+    const usage = r.usage;
+    if (usage && typeof usage === 'object') {
+      const cached = n(usage.input_tokens_details?.cached_tokens);
+      const written = n(usage.input_tokens_details?.cache_write_tokens);
+      // As chat: input_tokens counts the cached tokens; rows keep Anthropic's split (uncached input).
+      u.input_tokens = Math.max(0, n(usage.input_tokens) - cached - written);
+      u.cache_read_tokens = cached;
+      u.cache_write_tokens = written;
+      u.output_tokens = n(usage.output_tokens);
+      u.reasoning_tokens = n(usage.output_tokens_details?.reasoning_tokens);
+      if (typeof usage.cost === 'number' && Number.isFinite(usage.cost)) u.cost = usage.cost;
+    }
   }
 
   /** Messages usage is cumulative: each field present replaces the one seen before. */

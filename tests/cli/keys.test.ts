@@ -256,19 +256,32 @@ t.test('a bad configuration exits 78 with every problem', async (t) => {
 
 t.test('setup --proxy prints the exports', async (t) => {
   const { run } = setup(t);
-  const [r, slash] = await Promise.all([run('setup', '--proxy', '--url', 'http://x:1', '--key', 'K'), run('setup', '--proxy', '--url', 'https://gw.example/', '--key', 'K')]);
+  const [r, slash, bare] = await Promise.all([
+    run('setup', '--proxy', '--url', 'http://x:1', '--key', 'K'), run('setup', '--proxy', '--url', 'https://gw.example/', '--key', 'K'), run('setup', '--proxy', '--url', 'http://x:1'),
+  ]);
   t.equal(r.code, 0);
   const exports = new Map<string, string>();
+  const comments: string[] = [];
   for (const line of r.stdout.trimEnd().split('\n')) {
+    if (line.startsWith('# ')) {
+      comments.push(line.slice(2));
+      continue;
+    }
     const m = /^export ([A-Z_]+)=(.*)$/.exec(line);
-    t.ok(m, `a shell export: ${line}`);
+    t.ok(m, `a shell export or a comment: ${line}`);
     if (m) exports.set(m[1]!, m[2]!);
   }
+  const KEYS = ['ANTHROPIC_BASE_URL', 'ANTHROPIC_AUTH_TOKEN', 'OPENAI_BASE_URL', 'OPENAI_API_KEY', 'SLUICE_KEY'];
   t.strictSame(
-    Object.fromEntries(['ANTHROPIC_BASE_URL', 'ANTHROPIC_AUTH_TOKEN', 'OPENAI_BASE_URL', 'OPENAI_API_KEY'].map((k) => [k, exports.get(k)])),
-    { ANTHROPIC_BASE_URL: 'http://x:1', ANTHROPIC_AUTH_TOKEN: 'K', OPENAI_BASE_URL: 'http://x:1/v1', OPENAI_API_KEY: 'K' },
+    Object.fromEntries(KEYS.map((k) => [k, exports.get(k)])),
+    { ANTHROPIC_BASE_URL: 'http://x:1', ANTHROPIC_AUTH_TOKEN: 'K', OPENAI_BASE_URL: 'http://x:1/v1', OPENAI_API_KEY: 'K', SLUICE_KEY: 'K' },
   );
   // Anything else may only clear ANTHROPIC_API_KEY, which would otherwise win over the token.
-  for (const [k, v] of exports) if (!['ANTHROPIC_BASE_URL', 'ANTHROPIC_AUTH_TOKEN', 'OPENAI_BASE_URL', 'OPENAI_API_KEY'].includes(k)) t.strictSame([k, v], ['ANTHROPIC_API_KEY', '']);
+  for (const [k, v] of exports) if (!KEYS.includes(k)) t.strictSame([k, v], ['ANTHROPIC_API_KEY', '']);
+  // Codex's provider block, as comments (the output stays eval-able): the Responses dialect at /v1, its key from SLUICE_KEY.
+  const toml = comments.filter((c) => /^[a-z_]+ = |^\[/.test(c));
+  t.strictSame(toml, ['model = "sluice/auto"', 'model_provider = "sluice"', '[model_providers.sluice]', 'name = "sluice"', 'base_url = "http://x:1/v1"', 'env_key = "SLUICE_KEY"', 'wire_api = "responses"']);
   t.match(slash.stdout, /^export OPENAI_BASE_URL=https:\/\/gw\.example\/v1$/m, 'a trailing slash is not doubled');
+  t.notMatch(bare.stdout, /^export SLUICE_KEY=/m, 'without --key, SLUICE_KEY is already the variable Codex reads');
+  t.match(bare.stdout, /^export OPENAI_API_KEY=\$SLUICE_KEY$/m);
 });
