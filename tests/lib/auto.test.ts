@@ -42,6 +42,24 @@ t.test('excerpt: the last user turn with text, cut to a few thousand characters'
   t.ok(long.startsWith('yyyy'));
 });
 
+t.test('excerpt: a Responses `input`, as a string or as items (what Codex sends)', async (t) => {
+  t.equal(excerpt({ input: 'plain question' }), 'plain question');
+  const codex = {
+    input: [
+      { type: 'message', role: 'developer', content: [{ type: 'input_text', text: 'You are a coding agent…' }] },
+      { type: 'message', role: 'user', content: [{ type: 'input_text', text: '<environment_context>…</environment_context>' }] },
+      { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'fix the failing test' }] },
+      { type: 'function_call', call_id: 'c1', name: 'exec_command', arguments: '{}' },
+      { type: 'function_call_output', call_id: 'c1', output: 'FAIL' },
+    ],
+  };
+  t.equal(excerpt(codex), 'fix the failing test', 'the last user message, past tool calls and their outputs');
+  t.equal(excerpt({ input: [{ role: 'user', content: 'short form' }] }), 'short form', 'an easy input message without type');
+  t.equal(excerpt({ input: 42 }), '', 'a wrong type reads as nothing');
+  t.equal(excerpt({ input: 'y'.repeat(10_000) }).length, excerpt({ messages: [{ role: 'user', content: 'y'.repeat(10_000) }] }).length, 'cut the same way');
+  t.equal(excerpt({ messages: [{ role: 'user', content: 'chat wins' }], input: 'ignored' }), 'chat wins', 'a chat body is read as chat');
+});
+
 // ---------------------------------------------------------------------------------------------
 // AutoRouter against a local decision server
 

@@ -15,7 +15,7 @@ const JSON_BLOB = JSON.stringify({ device_id: 'd'.repeat(64), account_uuid: '111
 const LEGACY_EMPTY = `user_${HEX64}_account__session_${SESSION}`;
 const LEGACY_ACCOUNT = `user_${HEX64}_account_11111111-2222-4333-8444-555555555555_session_${SESSION}`;
 
-function who(dialect: 'chat' | 'messages', body: Record<string, any> | undefined, headers: Record<string, string> = {}) {
+function who(dialect: 'chat' | 'messages' | 'responses', body: Record<string, any> | undefined, headers: Record<string, string> = {}) {
   const ctx = { dialect, body, req: { headers }, endUser: 'unset', session: 'unset' } as unknown as Ctx;
   identify(ctx);
   return { endUser: ctx.endUser, session: ctx.session };
@@ -65,6 +65,21 @@ t.test('x-claude-code-session-id wins and spares the body', async (t) => {
 
   t.same(who('chat', { model: 'm', user: 'u' }, { 'x-claude-code-session-id': OTHER }), { endUser: `cc:${OTHER}`, session: OTHER }, 'on chat too');
   t.same(who('messages', { model: 'm' }, { 'x-claude-code-session-id': OTHER, 'x-sluice-session': 'conv-2' }), { endUser: `cc:${OTHER}`, session: 'conv-2' });
+});
+
+t.test('responses: `user`, else `safety_identifier`; Codex\'s session-id header is the session', async (t) => {
+  const CODEX = '01a21037-d823-7521-b1bb-0db43948f683';
+  t.same(who('responses', { model: 'm', user: 'u-1' }), { endUser: 'u-1', session: null });
+  t.same(who('responses', { model: 'm', safety_identifier: 'hash-9' }), { endUser: 'hash-9', session: null });
+  t.same(who('responses', { model: 'm', user: 'u-1', safety_identifier: 'hash-9' }), { endUser: 'u-1', session: null }, '`user` wins');
+  t.same(who('responses', { model: 'm', user: '', safety_identifier: 'hash-9' }), { endUser: 'hash-9', session: null }, 'an empty user is none');
+  t.same(who('responses', { model: 'm', user: 7, safety_identifier: ['x'] }), { endUser: null, session: null }, 'only strings count');
+  t.same(who('responses', { model: 'm', metadata: { user_id: 'alice' } }), { endUser: null, session: null }, 'metadata is the messages dialect');
+  t.same(who('responses', { model: 'm' }, { 'session-id': CODEX, 'thread-id': CODEX }), { endUser: null, session: CODEX }, 'Codex: a session, no end user');
+  t.same(who('responses', { model: 'm', user: 'u' }, { 'session-id': CODEX, 'x-sluice-session': 'conv-5' }), { endUser: 'u', session: 'conv-5' }, 'x-sluice-session still wins');
+  t.same(who('responses', { model: 'm' }, { 'session-id': 'x'.repeat(300) }), { endUser: null, session: 'x'.repeat(256) }, 'cut like the other headers');
+  t.same(who('chat', { model: 'm' }, { 'session-id': CODEX }), { endUser: null, session: null }, 'session-id means nothing on chat');
+  t.same(who('responses', { model: 'm', user: 'u' }, { 'x-claude-code-session-id': OTHER }), { endUser: `cc:${OTHER}`, session: OTHER }, 'the Claude Code header wins on every dialect');
 });
 
 // ---------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
-// The error catalogue (CONTRACT §5): every entry rendered through a real HTTP response in both
-// dialects has the contract's status, headers and body (parsed and compared field by field), a
-// custom message replaces only the text, and streamErrorEvent is one parseable SSE error event
-// in each dialect's shape.
+// The error catalogue (CONTRACT §5): every entry rendered through a real HTTP response in all three
+// dialects has the contract's status, headers and body (parsed and compared field by field; the
+// Responses API uses the chat envelope), a custom message replaces only the text, and
+// streamErrorEvent is parseable SSE in each dialect's shape (Responses: `error`, then
+// `response.failed`, numbered on from the stream, then [DONE]).
 
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -53,7 +54,7 @@ t.test('every catalogue entry renders in both dialects', async (t) => {
       t.ok(MESSAGES_TYPES.includes(spec.messagesType), `${code}: a known messages type`);
       t.ok(spec.status >= 400 && spec.status < 600, `${code}: an error status`);
     }
-    for (const dialect of ['messages', 'chat'] as const) {
+    for (const dialect of ['messages', 'chat', 'responses'] as const) {
       const r = await render(dialect, new GatewayError(code));
       t.equal(r.status, spec.status, `${code} ${dialect}: status`);
       t.equal(r.headers.get('content-type'), 'application/json', `${code} ${dialect}: content-type`);
@@ -63,7 +64,7 @@ t.test('every catalogue entry renders in both dialects', async (t) => {
       if (dialect === 'messages') {
         t.strictSame(r.json, { type: 'error', error: { type: want?.messagesType ?? spec.messagesType, message: spec.message } }, `${code} messages body`);
       } else {
-        t.strictSame(r.json, { error: { message: spec.message, type: want?.chatType ?? spec.chatType, param: null, code } }, `${code} chat body`);
+        t.strictSame(r.json, { error: { message: spec.message, type: want?.chatType ?? spec.chatType, param: null, code } }, `${code} ${dialect} body`);
       }
       t.ok(spec.message.length > 0 && !/undefined|null/.test(spec.message), `${code}: a real message`);
     }
@@ -75,6 +76,14 @@ t.test('every catalogue entry renders in both dialects', async (t) => {
   const customM = await render('messages', new GatewayError('invalid_body', { message: 'body is not JSON' }));
   t.strictSame(customM.json, { type: 'error', error: { type: 'invalid_request_error', message: 'body is not JSON' } });
   t.equal(customM.status, 400);
+
+  const customR = await render('responses', new GatewayError('invalid_body', { message: '`store: true` is not supported' }));
+  t.strictSame(customR.json, { error: { message: '`store: true` is not supported', type: 'invalid_request_error', param: null, code: 'invalid_body' } });
+  t.equal(customR.status, 400);
+
+  // The budget block in the Responses dialect: Codex stops at once on type insufficient_quota (it waits out retry-after otherwise).
+  const budgetR = await render('responses', new GatewayError('budget_exhausted', { headers: { 'retry-after': '3600' } }));
+  t.strictSame([budgetR.status, budgetR.headers.get('retry-after'), budgetR.headers.get('x-should-retry'), budgetR.json.error.type], [429, '3600', 'false', 'insufficient_quota']);
 
   // The budget's retry-after is computed per request and joins the catalogue's headers.
   const budget = await render('chat', new GatewayError('budget_exhausted', { headers: { 'retry-after': '7200' } }));
@@ -136,5 +145,18 @@ t.test('streamErrorEvent', async (t) => {
     t.ok(c.length === 1 || (c.length === 2 && c[1]!.data === '[DONE]'), `${code} chat: one error event, then at most [DONE]`);
     t.equal(c[0]!.event, undefined, `${code} chat: a plain data event`);
     t.strictSame(JSON.parse(c[0]!.data), { error: { message: spec.message, type: spec.chatType, code } }, `${code} chat data`);
+
+    const rText = streamErrorEvent('responses', code, { sequence: 7, responseId: 'gen-abc' });
+    const r = sseEvents(rText);
+    t.strictSame(r.map((e) => e.event ?? null), ['error', 'response.failed', null], `${code} responses: error, response.failed, then [DONE]`);
+    t.strictSame(JSON.parse(r[0]!.data), { type: 'error', code, message: spec.message, param: null, sequence_number: 7 }, `${code} responses error event`);
+    t.strictSame(JSON.parse(r[1]!.data), {
+      type: 'response.failed', sequence_number: 8,
+      response: { id: 'gen-abc', object: 'response', status: 'failed', error: { code, message: spec.message }, incomplete_details: null },
+    }, `${code} responses: response.failed names the response and carries the code`);
+    t.equal(r[2]!.data, '[DONE]');
+    t.ok(rText.startsWith('event: error\n') && rText.endsWith('\n\n'), `${code} responses: whole events`);
   }
+  const unnumbered = sseEvents(streamErrorEvent('responses', 'shutting_down'));
+  t.strictSame([JSON.parse(unnumbered[0]!.data).sequence_number, JSON.parse(unnumbered[1]!.data).response.id], [0, null], 'a stream with no position starts at 0 and names no response');
 });

@@ -291,3 +291,97 @@ t.test('a leading BOM, multi-line data and a 1.2 MB content line are read', asyn
   t.equal(u.output_tokens, 4, 'the usage after the long line');
   t.equal(u.cost, 0.5);
 });
+
+// ---------------------------------------------------------------------------------------------
+// The Responses dialect on bodies written the way OpenAI and OpenRouter write them (event names
+// and data types, sequence numbers, `[DONE]` after response.completed), cut anywhere.
+
+/** One SSE event of a Responses stream; `named: false` leaves out the `event:` line (the type is in the data). */
+function rEvent(type: string, fields: Record<string, unknown>, seq: number, named = true): string {
+  return `${named ? `event: ${type}\n` : ''}data: ${JSON.stringify({ type, sequence_number: seq, ...fields })}\n\n`;
+}
+
+interface RItem { item: Record<string, any>; deltas?: Array<[string, Record<string, unknown>]> }
+
+/** A whole Responses stream: created, in_progress, each item added/deltas/done, then the end event (and [DONE]). */
+function rStream(opts: { id: string; model: string; items: RItem[]; end: 'response.completed' | 'response.incomplete' | 'response.failed' | null; usage?: object | null; error?: object | null; provider?: string; named?: boolean; done?: boolean }): Buffer {
+  const named = opts.named ?? true;
+  const base = { id: opts.id, object: 'response', created_at: 1_760_000_000, model: opts.model, error: null, ...(opts.provider ? { provider: opts.provider } : {}) };
+  let seq = 0;
+  let out = rEvent('response.created', { response: { ...base, status: 'in_progress', output: [], usage: null } }, seq++, named);
+  out += rEvent('response.in_progress', { response: { ...base, status: 'in_progress', output: [], usage: null } }, seq++, named);
+  opts.items.forEach(({ item, deltas = [] }, i) => {
+    out += rEvent('response.output_item.added', { output_index: i, item: { ...item, status: 'in_progress' } }, seq++, named);
+    for (const [type, fields] of deltas) out += rEvent(type, { output_index: i, item_id: item.id, ...fields }, seq++, named);
+    out += rEvent('response.output_item.done', { output_index: i, item }, seq++, named);
+  });
+  if (opts.end) {
+    const status = opts.end === 'response.completed' ? 'completed' : opts.end === 'response.incomplete' ? 'incomplete' : 'failed';
+    out += rEvent(opts.end, { response: { ...base, status, output: opts.items.map((x) => x.item), usage: opts.usage ?? null, error: opts.error ?? null } }, seq++, named);
+  }
+  if (opts.done ?? true) out += 'data: [DONE]\n\n';
+  return Buffer.from(out);
+}
+
+const R_TEXT = 'Grüße — the tests pass now 😀; "quoted _call" and "error" inside text';
+const rMessage = (text: string): RItem => ({
+  item: { id: 'msg_1', type: 'message', status: 'completed', role: 'assistant', content: [{ type: 'output_text', text, annotations: [] }] },
+  deltas: [
+    ['response.content_part.added', { content_index: 0, part: { type: 'output_text', text: '' } }],
+    ...text.split(' ').map((w): [string, Record<string, unknown>] => ['response.output_text.delta', { content_index: 0, delta: `${w} ` }]),
+    ['response.output_text.done', { content_index: 0, text }],
+  ],
+});
+const rCall = (name: string, args: string): RItem => ({
+  item: { id: `fc_${name}`, type: 'function_call', status: 'completed', call_id: `call_${name}`, name, arguments: args },
+  deltas: [['response.function_call_arguments.delta', { delta: args }], ['response.function_call_arguments.done', { arguments: args }]],
+});
+const rReasoning: RItem = { item: { id: 'rs_1', type: 'reasoning', summary: [{ type: 'summary_text', text: 'thinking about _call" and "error"' }], encrypted_content: 'gAAAA' } };
+const rSearch: RItem = { item: { id: 'ws_1', type: 'web_search_call', status: 'completed', action: { type: 'search', query: 'sluice' } } };
+const R_USAGE = { input_tokens: 1200, input_tokens_details: { cached_tokens: 900, cache_write_tokens: 100 }, output_tokens: 57, output_tokens_details: { reasoning_tokens: 21 }, total_tokens: 1257, cost: 0.0042 };
+const R_ZERO: Usage = { input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0, reasoning_tokens: 0, cost: null, provider: null, generation_id: null, model: null, tools: [], error: false };
+
+t.test('responses streams and bodies, cut anywhere', async (t) => {
+  const full: Usage = { input_tokens: 200, output_tokens: 57, cache_read_tokens: 900, cache_write_tokens: 100, reasoning_tokens: 21, cost: 0.0042, provider: null, generation_id: 'gen-r1', model: 'openai/gpt-5', tools: [], error: false };
+  const cases: Array<[string, Buffer, boolean, Usage]> = [
+    ['text answer', rStream({ id: 'gen-r1', model: 'openai/gpt-5', items: [rReasoning, rMessage(R_TEXT)], end: 'response.completed', usage: R_USAGE }), true, full],
+    ['text answer without event lines', rStream({ id: 'gen-r1', model: 'openai/gpt-5', items: [rReasoning, rMessage(R_TEXT)], end: 'response.completed', usage: R_USAGE, named: false }), true, full],
+    ['function calls and a hosted web search, a provider named', rStream({ id: 'gen-r1', model: 'openai/gpt-5', provider: 'OpenAI', items: [rSearch, rCall('exec_command', '{"cmd":"echo \\"error\\" my_call\\""}'), rCall('apply_patch', '{}'), rCall('exec_command', '{}')], end: 'response.completed', usage: R_USAGE }), true, { ...full, provider: 'OpenAI', tools: ['web_search', 'exec_command', 'apply_patch'] }],
+    ['calls without event lines', rStream({ id: 'gen-r1', model: 'openai/gpt-5', items: [rCall('exec_command', '{}'), rSearch], end: 'response.completed', usage: R_USAGE, named: false }), true, { ...full, tools: ['exec_command', 'web_search'] }],
+    ['incomplete (the output limit): usage, no error', rStream({ id: 'gen-r1', model: 'openai/gpt-5', items: [rMessage('cut sh')], end: 'response.incomplete', usage: R_USAGE }), true, full],
+    ['failed, with the usage so far', rStream({ id: 'gen-r1', model: 'openai/gpt-5', items: [rMessage('par')], end: 'response.failed', usage: R_USAGE, error: { code: 'server_error', message: 'boom' } }), true, { ...full, error: true }],
+    ['an error event, then nothing', Buffer.concat([rStream({ id: 'gen-r1', model: 'openai/gpt-5', items: [], end: null, done: false }), Buffer.from(rEvent('error', { code: 'server_error', message: 'boom', param: null }, 2))]), true, { ...R_ZERO, generation_id: 'gen-r1', model: 'openai/gpt-5', error: true }],
+    ['the client left mid-answer: the id to reconcile', rStream({ id: 'gen-r1', model: 'openai/gpt-5', items: [rMessage(R_TEXT)], end: null, done: false }).subarray(0, 1400), true, { ...R_ZERO, generation_id: 'gen-r1', model: 'openai/gpt-5' }],
+    ['JSON: calls, search and usage', Buffer.from(JSON.stringify({ id: 'gen-r1', object: 'response', status: 'completed', model: 'openai/gpt-5', error: null, output: [rReasoning.item, rSearch.item, rCall('exec_command', '{}').item, rMessage(R_TEXT).item], usage: R_USAGE })), false, { ...full, tools: ['web_search', 'exec_command'] }],
+    ['JSON: a failed response', Buffer.from(JSON.stringify({ id: 'gen-r1', object: 'response', status: 'failed', model: 'openai/gpt-5', error: { code: 'server_error', message: 'x' }, output: [], usage: null })), false, { ...R_ZERO, generation_id: 'gen-r1', model: 'openai/gpt-5', error: true }],
+    ["JSON: the router's error body", Buffer.from(JSON.stringify({ error: { code: 400, message: 'x is not a valid model ID' } })), false, { ...R_ZERO, error: true }],
+  ];
+  let seed = 500;
+  for (const [name, body, stream, want] of cases) {
+    t.strictSame(tapWith('responses', stream, body, []), want, `${name}: one chunk`);
+    t.strictSame(firstMismatch('responses', stream, body, want, seed++, 40), undefined, `${name}: every cut point and random cut sets`);
+  }
+  const text = cases[0]![1].toString();
+  t.strictSame(firstMismatch('responses', true, Buffer.from(text.replaceAll('\n', '\r\n')), full, seed++, 10), undefined, 'CRLF line endings');
+  t.strictSame(firstMismatch('responses', true, Buffer.from(`: OPENROUTER PROCESSING\n\n${text}`), full, seed++, 10), undefined, 'comment lines');
+});
+
+t.test('responses: the event count numbers an appended error; usage never negative; garbage never throws', async (t) => {
+  const body = rStream({ id: 'gen-r2', model: 'm/x', items: [rMessage('a b c')], end: 'response.completed', usage: R_USAGE });
+  const tap = new UsageTap('responses', true);
+  tap.write(body);
+  // created, in_progress, added, part added, 3 deltas, text done, done, completed: 10 events (the [DONE] is none).
+  t.equal(tap.responseEvents, 10, 'the next sequence number');
+  const over = tapWith('responses', false, Buffer.from(JSON.stringify({ id: 'g', usage: { input_tokens: 10, input_tokens_details: { cached_tokens: 30 }, output_tokens: -4, output_tokens_details: null, cost: '1' } })), []);
+  t.strictSame([over.input_tokens, over.cache_read_tokens, over.output_tokens, over.reasoning_tokens, over.cost], [0, 30, 0, 0, null]);
+  const hostile = Buffer.from([
+    'event: response.completed', 'data: null', '', 'event: response.completed', 'data: {"response":7}', '',
+    'event: response.output_item.done', 'data: {"item":{"type":"function_call","name":5},"x":"_call\\""}', '',
+    'event: response.output_item.added', 'data: {"item":{"type":"_call"}}', '',
+    'data: {"type":"response.completed","response":{"usage":{"input_tokens":"12"}}}', '', 'data: {"type":"error"', '',
+  ].join('\n'));
+  let got: Usage | undefined;
+  t.doesNotThrow(() => (got = tapWith('responses', true, hostile, [7, 50, 51, 120])));
+  t.strictSame(got?.tools, [], 'nameless and empty-named calls are no tools');
+  t.equal(got?.input_tokens, 0);
+});
