@@ -68,12 +68,14 @@ function textOf(content: unknown): string {
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) return '';
   let s = '';
-  for (const b of content) if (b !== null && typeof b === 'object' && b.type === 'text' && typeof b.text === 'string') s += b.text;
+  for (const b of content) if (b !== null && typeof b === 'object' && (b.type === 'text' || b.type === 'input_text') && typeof b.text === 'string') s += b.text;
   return s;
 }
 
 function lastUserText(json: any): string {
-  const msgs = json?.messages;
+  // The Responses API's `input`: a string, or items whose user messages hold input_text parts.
+  if (typeof json?.input === 'string') return json.input;
+  const msgs = Array.isArray(json?.input) ? json.input : json?.messages;
   if (!Array.isArray(msgs)) return '';
   for (let i = msgs.length - 1; i >= 0; i--) if (msgs[i]?.role === 'user') return textOf(msgs[i].content);
   return '';

@@ -51,7 +51,7 @@ export function simulatedErrorBody(dialect: Dialect, status: number, model: stri
 
 /** An inference refusal in the request's dialect (401 auth, 402 billing, 403 permission). */
 export function refusalBody(dialect: Dialect, status: 401 | 402 | 403, message: string, metadata?: Record<string, unknown>): string {
-  if (dialect === 'chat') return chatErrorBody(status, message, metadata);
+  if (dialect !== 'messages') return chatErrorBody(status, message, metadata);
   const k = errorKind(status);
   return messagesErrorBody(k.anthropic, message, k.errorType);
 }

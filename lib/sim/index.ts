@@ -1,5 +1,5 @@
 // The simulated upstream router: a plain node:http stand-in for OpenRouter's /api/v1 (chat
-// completions, the Anthropic-shaped messages endpoint, the models catalog, key management, the
+// completions, the Anthropic-shaped messages endpoint, the stateless Responses API, the models catalog, key management, the
 // key readout and generation lookups), steerable per request through the `x-sim` header and from
 // tests through setFault / setGenerationDelay. This file starts the server, reads bodies and
 // dispatches; each route lives in its own file. It must never log per request or reach the network.
@@ -69,6 +69,8 @@ function dispatch(x: Exchange, state: SimState): void | Promise<void> {
       return method === 'POST' ? inference(x, state, 'chat') : sendJson(x.res, 405, METHOD_NOT_ALLOWED, { allow: 'POST' });
     case '/api/v1/messages':
       return method === 'POST' ? inference(x, state, 'messages') : sendJson(x.res, 405, METHOD_NOT_ALLOWED, { allow: 'POST' });
+    case '/api/v1/responses':
+      return method === 'POST' ? inference(x, state, 'responses') : sendJson(x.res, 405, METHOD_NOT_ALLOWED, { allow: 'POST' });
     case '/api/v1/models':
       return method === 'GET' ? serveCatalog(x) : sendJson(x.res, 405, METHOD_NOT_ALLOWED, { allow: 'GET' });
     case '/api/v1/key':

@@ -11,6 +11,7 @@ import { BAD_JSON, BAD_JSON_MESSAGES, MISSING_AUTH, MISSING_AUTH_MESSAGES, retry
 import { bearerOf, pause, type Exchange } from './exchange.ts';
 import { keyRefusal } from './management.ts';
 import { messagesJson, messagesStream } from './messages.ts';
+import { responsesJson, responsesStream } from './responses.ts';
 import { baseOf, modelOf, newRun, settleEarlyEnd } from './run.ts';
 import type { SimState } from './state.ts';
 import { validate } from './validate.ts';
@@ -18,9 +19,9 @@ import { validate } from './validate.ts';
 export async function inference(x: Exchange, state: SimState, dialect: Dialect): Promise<void> {
   const { sim, res } = x;
   const bearer = bearerOf(sim.headers);
-  if (bearer === undefined) return sendJson(res, 401, dialect === 'chat' ? MISSING_AUTH : MISSING_AUTH_MESSAGES);
+  if (bearer === undefined) return sendJson(res, 401, dialect === 'messages' ? MISSING_AUTH_MESSAGES : MISSING_AUTH);
   const json = sim.json;
-  if (json === null || typeof json !== 'object' || Array.isArray(json)) return sendJson(res, 400, dialect === 'chat' ? BAD_JSON : BAD_JSON_MESSAGES);
+  if (json === null || typeof json !== 'object' || Array.isArray(json)) return sendJson(res, 400, dialect === 'messages' ? BAD_JSON_MESSAGES : BAD_JSON);
   const refusal = keyRefusal(state, bearer, dialect);
   if (refusal !== undefined) return sendJson(res, refusal.status, refusal.body);
   // Refused as the real routers refuse it, before any directive: a bad body never routes.
@@ -39,5 +40,6 @@ export async function inference(x: Exchange, state: SimState, dialect: Dialect):
   const r = newRun(state, json, model, d, bearer, x.bodyBytes);
   x.onEnd = () => settleEarlyEnd(r, sim.aborted);
   if (dialect === 'chat') return r.streamed ? chatStream(x, r) : chatJson(x, r);
+  if (dialect === 'responses') return r.streamed ? responsesStream(x, r, json) : responsesJson(x, r, json);
   return r.streamed ? messagesStream(x, r) : messagesJson(x, r);
 }
