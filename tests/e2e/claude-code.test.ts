@@ -3,41 +3,9 @@
 // the simulated router (sanitized body, Claude Code's session as end user and auto session, one
 // row), and the refusals meant to stop it do stop it after exactly one request.
 
-import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import t, { type Test } from 'tap';
+import t from 'tap';
 import { startHarness, UPSTREAM_KEYS, type Harness } from '../helpers/gateway.ts';
-
-const CLAUDE = join(import.meta.dirname, '../../node_modules/.bin/claude');
-
-async function claude(t: Test, h: Harness, key: string, prompt: string): Promise<{ code: number | null; out: any; stderr: string }> {
-  const home = mkdtempSync(join(tmpdir(), 'sluice-cc-home-'));
-  t.teardown(() => rmSync(home, { recursive: true, force: true }));
-  const child = spawn(CLAUDE, ['-p', prompt, '--output-format', 'json'], {
-    cwd: home,
-    // Only what the client needs: no user settings, no telemetry, no update checks.
-    env: {
-      PATH: '/usr/bin:/bin', HOME: home, ANTHROPIC_BASE_URL: h.url, ANTHROPIC_AUTH_TOKEN: key,
-      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1', DISABLE_TELEMETRY: '1', DISABLE_AUTOUPDATER: '1', CLAUDE_CODE_MAX_RETRIES: '2',
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  t.teardown(() => void child.kill('SIGKILL'));
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (c) => (stdout += c));
-  child.stderr.on('data', (c) => (stderr += c));
-  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
-  let out: any;
-  try {
-    out = JSON.parse(stdout);
-  } catch {
-    out = { raw: stdout };
-  }
-  return { code, out, stderr };
-}
+import { claude } from '../helpers/clients.ts';
 
 /** Counts the client's POST /v1/messages requests as sluice receives them. */
 function countMessages(h: Harness): () => number {
@@ -51,7 +19,7 @@ function countMessages(h: Harness): () => number {
 t.test('claude -p streams an answer through sluice and leaves one row', async (t) => {
   const h = await startHarness(t);
   const key = await h.key('dev');
-  const { code, out } = await claude(t, h, key, 'say hi');
+  const { code, out } = await claude(t, h.url, key, 'say hi');
   t.equal(code, 0);
   t.equal(out.is_error, false);
   t.equal(out.result, 'Hello from the simulated router.');
@@ -83,7 +51,7 @@ t.test('claude -p streams an answer through sluice and leaves one row', async (t
 t.test('a revoked or unknown key stops claude after one request', async (t) => {
   const h = await startHarness(t);
   const seen = countMessages(h);
-  const { code, out } = await claude(t, h, 'sluice_dev_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA', 'say hi');
+  const { code, out } = await claude(t, h.url, 'sluice_dev_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA', 'say hi');
   t.not(code, 0);
   t.equal(out.is_error, true);
   t.equal(out.api_error_status, 401);
@@ -101,7 +69,7 @@ t.test('an exhausted budget stops claude after one request with the budget messa
     ttfb_ms: null, duration_ms: 1, overhead_ms: null, tools: [],
   }]);
   const seen = countMessages(h);
-  const { code, out } = await claude(t, h, key, 'say hi');
+  const { code, out } = await claude(t, h.url, key, 'say hi');
   t.not(code, 0);
   t.equal(out.is_error, true);
   t.equal(out.api_error_status, 429);

@@ -5,20 +5,16 @@
 // the gateway. What went upstream (model, models, max_tokens, the budget) and the row are asserted,
 // and every request sluice changed is one the router accepts (it would answer 400 otherwise).
 
-import { spawn } from 'node:child_process';
 import { EventEmitter, once } from 'node:events';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { createAnthropic } from '@ai-sdk/anthropic';
 import { createOpenAI } from '@ai-sdk/openai';
 import { APICallError, generateText } from 'ai';
 import t, { type Test } from 'tap';
 import type { SimRequest } from '../../lib/sim/index.ts';
 import type { Degradation } from '../../lib/store/store.ts';
-import { startHarness, type Harness } from '../helpers/gateway.ts';
+import { claude } from '../helpers/clients.ts';
+import { startHarness } from '../helpers/gateway.ts';
 
-const CLAUDE = join(import.meta.dirname, '../../node_modules/.bin/claude');
 const FAST = 'google/gemini-2.5-flash';
 const AGENT = 'anthropic/claude-sonnet-4.5';
 const DAILY = 1;
@@ -35,30 +31,6 @@ const STAGES: Stage[] = [
   { name: 'fast-only', maxTokens: 8192, model: FAST, budget: 6144 },
   { name: 'max-tokens', maxTokens: 2048, model: FAST, budget: 1024 },
 ];
-
-async function claude(t: Test, h: Harness, key: string): Promise<{ code: number | null; out: any }> {
-  const home = mkdtempSync(join(tmpdir(), 'sluice-cc-home-'));
-  t.teardown(() => rmSync(home, { recursive: true, force: true }));
-  const child = spawn(CLAUDE, ['-p', 'say hi', '--output-format', 'json'], {
-    cwd: home,
-    env: {
-      PATH: '/usr/bin:/bin', HOME: home, ANTHROPIC_BASE_URL: h.url, ANTHROPIC_AUTH_TOKEN: key, ANTHROPIC_MODEL: 'claude-sonnet-4-5-20250929',
-      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1', DISABLE_TELEMETRY: '1', DISABLE_AUTOUPDATER: '1', CLAUDE_CODE_MAX_RETRIES: '2',
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  t.teardown(() => void child.kill('SIGKILL'));
-  let stdout = '';
-  child.stdout.on('data', (c) => (stdout += c));
-  let stderr = "";
-  child.stderr.on("data", (c) => (stderr += c));
-  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
-  try {
-    return { code, out: JSON.parse(stdout) };
-  } catch {
-    return { code, out: { raw: stdout, stderr } };
-  }
-}
 
 t.test('Claude Code, a chat client and the AI SDK at every budget stage', async (t) => {
   const h = await startHarness(t, { extraProfiles: PROFILE, env: { SLUICE_UPSTREAM_KEY_STAGES: 'sk-or-v1-stagesstagesstagesstagesstagesstagesstagesstagesstages0' } });
@@ -103,7 +75,7 @@ t.test('Claude Code, a chat client and the AI SDK at every budget stage', async 
 
     // Claude Code: an answer at every stage, its thinking budget kept valid.
     const rowsBefore = h.rowCount();
-    const cc = await claude(t, h, key);
+    const cc = await claude(t, h.url, key, 'say hi', { ANTHROPIC_MODEL: 'claude-sonnet-4-5-20250929' });
     t.equal(cc.code, 0, `${s.name}: claude answered`);
     t.equal(cc.out.result, 'Hello from the simulated router.');
     const sent = last('/api/v1/messages').json;
@@ -168,7 +140,7 @@ t.test('Claude Code, a chat client and the AI SDK at every budget stage', async 
     const upstream = h.sim.received.length;
     const seen = { n: 0 };
     h.gateway.server.on('request', () => seen.n++);
-    const cc = await claude(t, h, key);
+    const cc = await claude(t, h.url, key, 'say hi', { ANTHROPIC_MODEL: 'claude-sonnet-4-5-20250929' });
     t.not(cc.code, 0);
     t.equal(cc.out.api_error_status, 429);
     t.match(String(cc.out.result), /Budget exhausted/);

@@ -4,45 +4,14 @@
 // not, and the Vercel AI SDK's default OpenAI provider, each by base URL alone, on both stores;
 // rows with the right tokens and tool names; a revoked key and an exhausted budget stop each.
 
-import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { createOpenAI } from '@ai-sdk/openai';
 import { APICallError, generateText } from 'ai';
 import OpenAI from 'openai';
-import t, { type Test } from 'tap';
+import t from 'tap';
+import { codex } from '../helpers/clients.ts';
 import { startHarness, type Harness } from '../helpers/gateway.ts';
 
-const CODEX = join(import.meta.dirname, '../../node_modules/.bin/codex');
 const ANSWER = 'Hello from the simulated router.';
-
-/** Runs `codex exec` against sluice with a fresh HOME; `headers` become the provider's static http_headers. */
-async function codex(t: Test, h: Harness, key: string, prompt: string, headers: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const home = mkdtempSync(join(tmpdir(), 'sluice-codex-home-'));
-  t.teardown(() => rmSync(home, { recursive: true, force: true }));
-  mkdirSync(join(home, '.codex'));
-  const extra = Object.entries(headers).map(([k, v]) => `"${k}" = "${v}"`).join(', ');
-  writeFileSync(join(home, '.codex', 'config.toml'), `model = "sluice/agent"
-model_provider = "sluice"
-[model_providers.sluice]
-name = "sluice"
-base_url = "${h.url}/v1"
-env_key = "SLUICE_KEY"
-wire_api = "responses"
-stream_max_retries = 0
-${extra ? `http_headers = { ${extra} }\n` : ''}`);
-  const child = spawn(CODEX, ['exec', '--skip-git-repo-check', '--sandbox', 'read-only', prompt], {
-    cwd: home, env: { PATH: '/usr/bin:/bin', HOME: home, SLUICE_KEY: key }, stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  t.teardown(() => void child.kill('SIGKILL'));
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (c) => (stdout += c));
-  child.stderr.on('data', (c) => (stderr += c));
-  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
-  return { code, stdout, stderr };
-}
 
 const responsesCalls = (h: Harness) => h.sim.received.filter((r) => r.path === '/api/v1/responses');
 
@@ -50,7 +19,7 @@ for (const store of ['sqlite', 'postgres'] as const) {
   t.test(`${store}: Codex CLI answers through sluice, with and without a tool call`, async (t) => {
     const h = await startHarness(t, { store });
     const key = await h.key('dev');
-    const plain = await codex(t, h, key, 'say hi');
+    const plain = await codex(t, h.url, key, 'say hi');
     t.equal(plain.code, 0, `codex exited 0 (${plain.stderr.split('\n').filter((l) => l.startsWith('ERROR')).join(' ')})`);
     t.match(plain.stdout, ANSWER, 'the answer is printed');
     const sent = responsesCalls(h).at(-1)!;
@@ -65,7 +34,7 @@ for (const store of ['sqlite', 'postgres'] as const) {
     t.match(row.session, /^[0-9a-f-]{36}$/, "Codex's session-id is the session");
 
     // A turn with a tool call: the model calls exec_command once, Codex runs it and sends the output back.
-    const tool = await codex(t, h, key, 'what is the weather', { 'x-sim': 'tool=exec_command' });
+    const tool = await codex(t, h.url, key, 'what is the weather', { 'x-sim': 'tool=exec_command' });
     const calls = responsesCalls(h).length;
     t.ok(calls >= 3, `the tool turn took ${calls - 1} requests`);
     const rows = await h.rows(calls);
@@ -111,7 +80,7 @@ t.test('a revoked key and an exhausted budget stop every Responses client at onc
 
   // Unknown key: a 401 the clients do not retry (Codex with stream_max_retries = 0, as docs/responses.md advises).
   const bad = 'sluice_dev_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA';
-  const cx = await codex(t, h, bad, 'say hi');
+  const cx = await codex(t, h.url, bad, 'say hi');
   t.not(cx.code, 0);
   t.match(cx.stderr, /401/);
   const client = new OpenAI({ baseURL: `${h.url}/v1`, apiKey: bad });
@@ -126,7 +95,7 @@ t.test('a revoked key and an exhausted budget stop every Responses client at onc
   await h.gateway.deps.budget.add('tiny', 0.002, h.clock.now);
   seen.n = 0;
   const before = responsesCalls(h).length;
-  const quota = await codex(t, h, key, 'say hi');
+  const quota = await codex(t, h.url, key, 'say hi');
   t.not(quota.code, 0);
   t.match(quota.stderr, /Quota exceeded/, 'Codex shows the quota message and stops');
   const qErr = await new OpenAI({ baseURL: `${h.url}/v1`, apiKey: key }).responses.create({ model: 'sluice/fast', input: 'hi' }).then(() => null, (e: unknown) => e);

@@ -28,8 +28,17 @@ const CLI = join(ROOT, 'cli/sluice.ts');
 export interface CliRun { code: number | null; stdout: string; stderr: string }
 
 /** Runs `sluice ARGS` to its exit in a child process, with exactly `env`; collects both streams. */
-export async function runCli(args: string[], env: NodeJS.ProcessEnv): Promise<CliRun> {
-  const child = spawn(process.execPath, [CLI, ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+export function runCli(args: string[], env: NodeJS.ProcessEnv): Promise<CliRun> {
+  return runProgram(process.execPath, [CLI, ...args], { cwd: ROOT, env });
+}
+
+/**
+ * Runs a program (a real client: claude, codex) to its exit with exactly `env`, collecting both
+ * streams; with `t`, the child is killed at teardown should the test end first.
+ */
+export async function runProgram(command: string, args: string[], o: { cwd: string; env: NodeJS.ProcessEnv; t?: Test }): Promise<CliRun> {
+  const child = spawn(command, args, { cwd: o.cwd, env: o.env, stdio: ['ignore', 'pipe', 'pipe'] });
+  o.t?.teardown(() => void child.kill('SIGKILL'));
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (c) => (stdout += c));
