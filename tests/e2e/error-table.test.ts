@@ -1,8 +1,10 @@
-// CONTRACT §5 "Error bodies", row by row: every condition of the table in both dialects against
-// both store backings, each answered with the table's status, exactly the dialect's body shape
-// with the table's type/code, the table's headers (and no retry header the table does not list),
-// and, for every refusal sluice makes itself, nothing sent upstream. The upstream failures (502,
-// 504) come last: 502 in a harness of its own, with the simulated router closed.
+// CONTRACT §5 "Error bodies", row by row: every condition of the table in all three dialects
+// (the Responses API writes chat's envelope) against both store backings, each answered with the
+// table's status, exactly the dialect's body shape with the table's type/code, the table's headers
+// (and no retry header the table does not list), and, for every refusal sluice makes itself,
+// nothing sent upstream. Then the Responses route's own refusals (stateful fields, the compact
+// endpoint). The upstream failures (502, 504) come last: 502 in a harness of its own, with the
+// simulated router closed.
 
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
@@ -14,10 +16,12 @@ import type { SimRequest, SimulatedRouter } from '../../lib/sim/index.ts';
 import type { RequestRow } from '../../lib/store/store.ts';
 import { startHarness, type Harness } from '../helpers/gateway.ts';
 
-type Dialect = 'chat' | 'messages';
-const DIALECTS: Dialect[] = ['chat', 'messages'];
+type Dialect = 'chat' | 'messages' | 'responses';
+const DIALECTS: Dialect[] = ['chat', 'messages', 'responses'];
 const STORES = ['sqlite', 'postgres'] as const;
-const PATH: Record<Dialect, string> = { chat: '/v1/chat/completions', messages: '/v1/messages' };
+const PATH: Record<Dialect, string> = { chat: '/v1/chat/completions', messages: '/v1/messages', responses: '/v1/responses' };
+/** The upstream paths of inference requests (the catalog fetch at start-up is not one). */
+const INFERENCE = ['/api/v1/chat', '/api/v1/messages', '/api/v1/responses'];
 
 /** One row of the table: what the client must see. `retryAfter: 'reset'` is the budget's computed value. */
 interface Entry {
@@ -59,14 +63,15 @@ interface Send { key?: string; xff?: string; sim?: string; body?: string }
 
 function requestBody(dialect: Dialect): string {
   const messages = [{ role: 'user', content: 'hi' }];
+  if (dialect === 'responses') return JSON.stringify({ model: 'sluice/fast', input: messages, max_output_tokens: 32 });
   return JSON.stringify(dialect === 'chat' ? { model: 'sluice/fast', messages } : { model: 'sluice/fast', max_tokens: 32, messages });
 }
 
-/** Headers as each dialect's clients send them: chat a Bearer token, messages x-api-key. */
+/** Headers as each dialect's clients send them: chat and responses a Bearer token, messages x-api-key. */
 function requestHeaders(dialect: Dialect, o: Send): Record<string, string> {
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   if (dialect === 'messages') headers['anthropic-version'] = '2023-06-01';
-  if (o.key !== undefined) headers[dialect === 'chat' ? 'authorization' : 'x-api-key'] = dialect === 'chat' ? `Bearer ${o.key}` : o.key;
+  if (o.key !== undefined) headers[dialect === 'messages' ? 'x-api-key' : 'authorization'] = dialect === 'messages' ? o.key : `Bearer ${o.key}`;
   if (o.xff !== undefined) headers['x-forwarded-for'] = o.xff;
   if (o.sim !== undefined) headers['x-sim'] = o.sim;
   return headers;
@@ -102,22 +107,22 @@ async function sendTooLarge(h: Harness, dialect: Dialect, key: string): Promise<
   return { status: res.statusCode!, headers, json: JSON.parse(Buffer.concat(chunks).toString('utf8')) };
 }
 
-/** Inference requests the sim received (the catalog fetch at start-up is not one). */
+/** Inference requests the sim received. */
 function upstreamCount(sim: SimulatedRouter): number {
-  return sim.received.filter((r) => r.path.startsWith('/api/v1/chat') || r.path.startsWith('/api/v1/messages')).length;
+  return sim.received.filter((r) => INFERENCE.some((p) => r.path.startsWith(p))).length;
 }
 
 /** The table's answer: status, exactly the dialect's body with its type/code, its headers and no others of the two. */
 function checkError(t: Test, r: Reply, dialect: Dialect, e: Entry, retryAfter?: string): void {
   t.equal(r.status, e.status, `status ${e.status}`);
   t.match(r.headers.get('content-type'), /^application\/json/, 'a JSON body');
-  const message = r.json?.error?.message; // both dialects keep it at error.message
+  const message = r.json?.error?.message; // every dialect keeps it at error.message
   t.type(message, 'string', 'the body carries a message');
   t.ok(typeof message === 'string' && message.length > 0, 'the message is not empty');
   const expected = dialect === 'messages'
     ? { type: 'error', error: { type: e.messagesType, message } }
     : { error: { message, type: e.chatType, param: null, code: e.code } };
-  t.strictSame(r.json, expected, `exactly the ${dialect} error body with the table's type${dialect === 'chat' ? ' and code' : ''}`);
+  t.strictSame(r.json, expected, `exactly the ${dialect} error body with the table's type${dialect === 'messages' ? '' : ' and code'}`);
   const wantRetryAfter = e.retryAfter === 'reset' ? retryAfter : e.retryAfter;
   t.equal(r.headers.get('retry-after'), wantRetryAfter ?? null, wantRetryAfter ? `retry-after: ${wantRetryAfter}` : 'no retry-after');
   t.equal(r.headers.get('x-should-retry'), e.shouldRetryFalse ? 'false' : null, e.shouldRetryFalse ? 'x-should-retry: false' : 'no x-should-retry');
@@ -147,7 +152,7 @@ function spentRow(profile: string, usd: number, at: number): RequestRow {
 function nextClosed(sim: SimulatedRouter): Promise<SimRequest> {
   return new Promise((resolve) => {
     const on = (r: SimRequest): void => {
-      if (!r.path.startsWith('/api/v1/chat') && !r.path.startsWith('/api/v1/messages')) return;
+      if (!INFERENCE.some((p) => r.path.startsWith(p))) return;
       sim.events.off('closed', on);
       resolve(r);
     };
@@ -161,8 +166,8 @@ for (const store of STORES) {
     // the body timeout is short so a gateway that waited for the undeclared 413 body fails fast.
     const h = await startHarness(t, { store, extraProfiles: LIMITED, env: LIMITED_ENV, upstreamTimeoutMs: 300, bodyTimeoutMs: 2000 });
     const devKey = await h.key('dev');
-    // The refusals below that count as auth failures come from the loopback peer: 12 in all
-    // (five 401 kinds and one 403, in two dialects), under the 20 that would block it.
+    // The refusals below that count as auth failures come from the loopback peer: 18 in all
+    // (five 401 kinds and one 403, in three dialects), under the 20 that would block it.
 
     t.test('IP blocked: 429, retry-after 600', async (t) => {
       const ip = '203.0.113.9';
@@ -177,7 +182,7 @@ for (const store of STORES) {
       }
     });
 
-    const bodies401: Record<Dialect, unknown[]> = { chat: [], messages: [] };
+    const bodies401: Record<Dialect, unknown[]> = { chat: [], messages: [], responses: [] };
     const keyCases: Array<{ name: string; key: (t: Test) => Promise<string | undefined> }> = [
       { name: 'key missing', key: async () => undefined },
       { name: 'key malformed', key: async () => 'sluice_dev_notthirtytwocharacters' },
@@ -283,6 +288,33 @@ for (const store of STORES) {
           await refused(t, h, dialect, { key: devKey, body: '{"model": "sluice/fast", "messages": [' }, TABLE.invalid_body);
         });
       }
+    });
+
+    t.test('responses: what a stateless router cannot honour is a 400 before anything goes upstream', async (t) => {
+      const input = [{ role: 'user', content: 'hi' }];
+      const cases: Array<[string, Record<string, unknown>, RegExp]> = [
+        ['previous_response_id', { previous_response_id: 'resp_1' }, /previous_response_id/], ['store: true', { store: true }, /store: true/],
+        ['conversation', { conversation: 'conv_1' }, /conversation/], ['background: true', { background: true }, /background: true/],
+        ['an item_reference', { input: [...input, { type: 'item_reference', id: 'msg_1' }] }, /item_reference/],
+        ["Codex's compaction_trigger", { input: [...input, { type: 'compaction_trigger' }] }, /compaction_trigger/], ['input a number', { input: 5 }, /`input` must be/],
+      ];
+      for (const [name, extra, names] of cases) {
+        t.test(name, async (t) => {
+          const r = await refused(t, h, 'responses', { key: devKey, body: JSON.stringify({ model: 'sluice/fast', input, ...extra }) }, TABLE.invalid_body);
+          t.match(r.json.error.message, names, 'the message names the field');
+        });
+      }
+    });
+
+    t.test('responses: the compact endpoint is a 404 in the dialect, saying compaction stays local', async (t) => {
+      const before = upstreamCount(h.sim);
+      const res = await fetch(`${h.url}/v1/responses/compact`, { method: 'POST', headers: requestHeaders('responses', { key: devKey }), body: requestBody('responses') });
+      const json: any = await res.json();
+      t.equal(res.status, 404);
+      t.strictSame(Object.keys(json.error).sort(), ['code', 'message', 'param', 'type']);
+      t.strictSame([json.error.type, json.error.code], ['invalid_request_error', 'not_found']);
+      t.match(json.error.message, /compact locally/);
+      t.equal(upstreamCount(h.sim), before, 'nothing reached the upstream');
     });
 
     t.test('bad body, over 32 MiB declared: 413 before the body arrives', async (t) => {

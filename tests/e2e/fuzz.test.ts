@@ -1,5 +1,5 @@
-// Seeded fuzzing of the live gateway: random bytes and random JSON as bodies, valid chat/messages
-// bodies with fields replaced by hostile values, random credential/session/forwarding headers and
+// Seeded fuzzing of the live gateway: random bytes and random JSON as bodies, valid chat/messages/
+// responses bodies with fields replaced by hostile values (stateful Responses fields included), random credential/session/forwarding headers and
 // random paths and methods. Property: every case is answered (status < 600, no hang), a sluice error
 // on /v1 is the CONTRACT §5 body of the right dialect (an upstream error passes in the sim's
 // shape), nothing fails inside the gateway, and a valid request still succeeds after the run.
@@ -16,11 +16,11 @@ const CASES = 3200;
 const CONCURRENCY = 16;
 const CASE_GUARD_MS = 15_000;
 
-type Dialect = 'chat' | 'messages';
+type Dialect = 'chat' | 'messages' | 'responses';
 const ROUTE_DIALECT: Record<string, Dialect> = {
-  '/v1/chat/completions': 'chat', '/v1/messages': 'messages', '/v1/messages/count_tokens': 'messages', '/v1/models': 'chat',
+  '/v1/chat/completions': 'chat', '/v1/messages': 'messages', '/v1/messages/count_tokens': 'messages', '/v1/responses': 'responses', '/v1/models': 'chat',
 };
-const PROXIED = ['/v1/chat/completions', '/v1/messages', '/v1/messages/count_tokens'];
+const PROXIED = ['/v1/chat/completions', '/v1/messages', '/v1/messages/count_tokens', '/v1/responses'];
 
 interface Case {
   kind: string;
@@ -73,6 +73,14 @@ const messagesBase = fc.record({
   stream: fc.boolean(),
 });
 
+const responsesBase = fc.record({
+  model: modelIds,
+  input: fc.constantFrom<unknown>('hi', [{ role: 'user', content: 'hi' }], [{ type: 'message', role: 'user', content: [{ type: 'input_text', text: 'hi' }] }]),
+  max_output_tokens: fc.integer({ min: 16, max: 100 }),
+  stream: fc.boolean(),
+  store: fc.constant(false),
+});
+
 const message = fc.record({
   role: fc.oneof(fc.constantFrom('user', 'assistant', 'system', 'tool', 'developer'), hostile),
   content: fc.oneof(text(30), fc.array(fc.record({ type: fc.oneof(fc.constant('text'), hostile), text: hostile }), { maxLength: 3 }), hostile),
@@ -94,6 +102,18 @@ const FIELD_VALUES: Record<string, fc.Arbitrary<unknown>> = {
   output_config: hostile,
   temperature: hostile,
   tool_choice: hostile,
+  // The Responses dialect's own fields, stateful ones included.
+  input: fc.oneof(text(40), fc.array(fc.oneof(message, fc.record({ type: fc.constantFrom('item_reference', 'compaction_trigger', 'function_call_output', 'reasoning', 'message'), id: hostile, call_id: hostile, output: hostile }, { requiredKeys: ['type'] }), hostile), { maxLength: 5 }), hostile),
+  instructions: hostile,
+  max_output_tokens: fc.oneof(oddNumber, hostile),
+  previous_response_id: fc.oneof(fc.constant(null), text(20), hostile),
+  store: fc.oneof(fc.constantFrom(true, false, null), hostile),
+  background: fc.oneof(fc.constantFrom(true, false, null), hostile),
+  conversation: fc.oneof(fc.constant(null), text(20), fc.record({ id: hostile }), hostile),
+  include: fc.oneof(fc.constant(['reasoning.encrypted_content']), fc.array(hostile, { maxLength: 3 }), hostile),
+  client_metadata: fc.oneof(fc.dictionary(text(10), text(20), { maxKeys: 4 }), hostile),
+  safety_identifier: hostile,
+  reasoning: fc.oneof(fc.record({ effort: hostile, summary: hostile, max_tokens: hostile }, { requiredKeys: [] }), hostile),
   ['__proto__']: fc.dictionary(text(5), hostile, { maxKeys: 3 }), // an own key named __proto__ (JSON.parse makes one)
 };
 const FIELDS = Object.keys(FIELD_VALUES);
@@ -152,6 +172,12 @@ const cases: fc.Arbitrary<Case> = fc.oneof(
     kind: 'mutated-messages', method: 'POST', path, headers: { 'x-api-key': '$KEY', 'anthropic-version': '2023-06-01', 'content-type': 'application/json' },
     body: utf8(JSON.stringify(mutate(base, changes))),
   })) },
+  // Valid Responses bodies (what Codex and the AI SDK send) with fields replaced.
+  { weight: 3, arbitrary: fc.record({ base: responsesBase, changes: mutation, codex: fc.boolean() }).map(({ base, changes, codex }) => ({
+    kind: 'mutated-responses', method: 'POST', path: '/v1/responses',
+    headers: { authorization: 'Bearer $KEY', 'content-type': 'application/json', ...(codex ? { 'session-id': 'fuzz-session', 'x-codex-beta-features': 'remote_compaction_v2' } : {}) },
+    body: utf8(JSON.stringify(mutate(base, changes))),
+  })) },
   // Random credential, session and forwarding headers on a valid body.
   { weight: 2, arbitrary: fc.record({
     path: anyV1Path,
@@ -159,14 +185,15 @@ const cases: fc.Arbitrary<Case> = fc.oneof(
     apiKey: fc.option(credential, { nil: undefined }),
     session: fc.option(headerText, { nil: undefined }),
     ccSession: fc.option(headerText, { nil: undefined }),
+    codexSession: fc.option(headerText, { nil: undefined }),
     xff: fc.option(forwardedFor, { nil: undefined }),
     version: fc.option(headerText, { nil: undefined }),
     run: fc.option(headerText, { nil: undefined }),
-    base: fc.oneof(chatBase, messagesBase),
+    base: fc.oneof(chatBase, messagesBase, responsesBase),
   }).map((c) => ({
     kind: 'random-headers', method: c.path === '/v1/models' ? 'GET' : 'POST', path: c.path,
     headers: {
-      authorization: c.authorization, 'x-api-key': c.apiKey, 'x-sluice-session': c.session, 'x-claude-code-session-id': c.ccSession,
+      authorization: c.authorization, 'x-api-key': c.apiKey, 'x-sluice-session': c.session, 'x-claude-code-session-id': c.ccSession, 'session-id': c.codexSession,
       'x-forwarded-for': c.xff, 'anthropic-version': c.version, 'x-sluice-run': c.run, 'content-type': 'application/json',
     },
     body: c.path === '/v1/models' ? undefined : utf8(JSON.stringify(c.base)),
@@ -179,7 +206,7 @@ const cases: fc.Arbitrary<Case> = fc.oneof(
       fc.webPath().map((p) => `/v1${p}`),
       fc.tuple(anyV1Path, fc.oneof(fc.webPath(), text(30))).map(([a, b]) => a + b),
       text(60).map((s) => `/${s}`),
-      fc.constantFrom('/', '//', '/v1', '/v1/', '/v1/../v1/messages', '/v1/messages?%00', '/%2e%2e%2f', '/v1/chat/completions?x=' + 'a'.repeat(4000), '*'),
+      fc.constantFrom('/', '//', '/v1', '/v1/', '/v1/../v1/messages', '/v1/messages?%00', '/%2e%2e%2f', '/v1/chat/completions?x=' + 'a'.repeat(4000), '*', '/v1/responses/compact', '/v1/responses/resp_1', '/v1/responses?x=1'),
     ),
     auth: validKeyHeaders,
     anthropic: fc.boolean(),
@@ -260,7 +287,9 @@ for (const spec of Object.values(CATALOGUE)) {
 }
 
 function expectedDialect(path: string, headers: Record<string, string>): Dialect {
-  return ROUTE_DIALECT[path] ?? (path.startsWith('/v1/messages') || headers['anthropic-version'] !== undefined ? 'messages' : 'chat');
+  if (ROUTE_DIALECT[path]) return ROUTE_DIALECT[path];
+  if (path.startsWith('/v1/responses')) return 'responses';
+  return path.startsWith('/v1/messages') || headers['anthropic-version'] !== undefined ? 'messages' : 'chat';
 }
 
 /** Why an answer breaks the property, or undefined. */
@@ -284,14 +313,14 @@ function violation(c: Case, headers: Record<string, string>, a: Answer): string 
     return simChat || simMessages ? undefined : `an upstream ${a.status} in neither of the sim's shapes`;
   }
   const dialect = expectedDialect(path, headers);
-  if (dialect === 'chat') {
+  if (dialect !== 'messages') { // chat and responses share the envelope
     const e = body?.error;
     if (!e || Object.keys(body).length !== 1) return `not a chat error body: ${JSON.stringify(body).slice(0, 100)}`;
     if (Object.keys(e).sort().join() !== 'code,message,param,type' || e.param !== null || typeof e.message !== 'string') return `chat error fields: ${JSON.stringify(e).slice(0, 100)}`;
     const spec = CATALOGUE[e.code as ErrorCode];
     if (!spec) return `chat code not in the catalogue: ${e.code}`;
     if (e.code === 'internal') return 'an internal error was rendered';
-    if (spec.status !== a.status || spec.chatType !== e.type) return `chat ${e.code} with status ${a.status} type ${e.type}`;
+    if (spec.status !== a.status || spec.chatType !== e.type) return `${dialect} ${e.code} with status ${a.status} type ${e.type}`;
     return undefined;
   }
   if (body?.type !== 'error' || Object.keys(body).sort().join() !== 'error,type') return `not a messages error body: ${JSON.stringify(body).slice(0, 100)}`;
@@ -353,6 +382,7 @@ t.test(`fuzz: ${CASES} hostile requests, seed ${SEED} (replay: same seed, the fa
   for (const [path, headers, body] of [
     ['/v1/chat/completions', { authorization: `Bearer ${key}` }, { model: 'sluice/fast', messages: [{ role: 'user', content: 'hi' }] }],
     ['/v1/messages', { 'x-api-key': key, 'anthropic-version': '2023-06-01' }, { model: 'claude-sonnet-4-5', max_tokens: 20, messages: [{ role: 'user', content: 'hi' }] }],
+    ['/v1/responses', { authorization: `Bearer ${key}`, 'session-id': 'after-the-run' }, { model: 'sluice/fast', input: 'hi', store: false }],
   ] as const) {
     const res = await fetch(`${h.url}${path}`, { method: 'POST', headers: { ...headers, 'content-type': 'application/json', 'x-forwarded-for': '192.0.2.1' }, body: JSON.stringify(body) });
     t.equal(res.status, 200, `${path} still serves after the run`);

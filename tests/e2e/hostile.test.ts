@@ -12,12 +12,12 @@ import type { Harness, HarnessOptions } from '../helpers/gateway.ts';
 import { roomyHarness } from '../helpers/upstream.ts';
 import type { RequestRow } from '../../lib/store/store.ts';
 
-type Dialect = 'chat' | 'messages';
-const DIALECTS: readonly Dialect[] = ['chat', 'messages'];
-const PATH: Record<Dialect, string> = { chat: '/v1/chat/completions', messages: '/v1/messages' };
+type Dialect = 'chat' | 'messages' | 'responses';
+const DIALECTS: readonly Dialect[] = ['chat', 'messages', 'responses'];
+const PATH: Record<Dialect, string> = { chat: '/v1/chat/completions', messages: '/v1/messages', responses: '/v1/responses' };
 const MiB = 1024 * 1024;
 
-/** CONTRACT §5: status, chat type and messages type of each refusal these tests provoke. */
+/** CONTRACT §5: status, chat type (also the Responses API's) and messages type of each refusal these tests provoke. */
 const EXPECT = {
   invalid_body: { status: 400, chat: 'invalid_request_error', messages: 'invalid_request_error' },
   request_too_large: { status: 413, chat: 'invalid_request_error', messages: 'invalid_request_error' },
@@ -43,13 +43,19 @@ async function setup(t: Test, opts: HarnessOptions = {}): Promise<Setup> {
 }
 
 function auth(dialect: Dialect, key: string): Record<string, string> {
-  return dialect === 'chat' ? { authorization: `Bearer ${key}` } : { 'x-api-key': key, 'anthropic-version': '2023-06-01' };
+  return dialect === 'messages' ? { 'x-api-key': key, 'anthropic-version': '2023-06-01' } : { authorization: `Bearer ${key}` };
 }
 
 function validBody(dialect: Dialect, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  if (dialect === 'responses') return { model: 'sluice/fast', input: [{ role: 'user', content: 'hi' }], max_output_tokens: 50, store: false, ...extra };
   return dialect === 'chat'
     ? { model: 'sluice/fast', messages: [{ role: 'user', content: 'hi' }], ...extra }
     : { model: 'claude-sonnet-4-5', max_tokens: 50, messages: [{ role: 'user', content: 'hi' }], ...extra };
+}
+
+/** The user's turn in a dialect's body: `messages` for chat and messages, `input` for responses. */
+function turn(dialect: Dialect, content: string): Record<string, unknown> {
+  return { [dialect === 'responses' ? 'input' : 'messages']: [{ role: 'user', content }] };
 }
 
 interface Reply { status: number; headers: Record<string, string>; text: string }
@@ -86,7 +92,7 @@ function expectError(t: Test, r: { status: number; text: string }, dialect: Dial
     t.fail(`${what} body is JSON: ${r.text.slice(0, 120)}`);
     return;
   }
-  if (dialect === 'chat') {
+  if (dialect !== 'messages') { // chat and responses share the envelope
     t.same(Object.keys(body), ['error'], `${what} chat body has only error`);
     t.same(Object.keys(body.error).sort(), ['code', 'message', 'param', 'type']);
     t.equal(body.error.type, want.chat, `${what} chat type`);
@@ -108,7 +114,8 @@ async function stillServes(t: Test, s: Setup): Promise<void> {
     const r = await post(s, dialect, JSON.stringify(validBody(dialect)), { 'content-type': 'application/json' });
     t.equal(r.status, 200, `a valid ${dialect} request still succeeds`);
     const body = JSON.parse(r.text);
-    t.equal(dialect === 'chat' ? body.object : body.type, dialect === 'chat' ? 'chat.completion' : 'message');
+    const kind = { chat: ['object', 'chat.completion'], messages: ['type', 'message'], responses: ['object', 'response'] }[dialect];
+    t.equal(body[kind[0]!], kind[1], `a ${dialect} answer`);
   }
   t.same(s.h.logs.filter((l) => l.msg === 'request failed inside the gateway').map((l) => l.err), [], 'no request failed inside the gateway');
 }
@@ -280,6 +287,29 @@ t.test('bodies that are not a usable JSON object: 400 in the dialect, nothing up
   await stillServes(t, s);
 });
 
+t.test('the Responses route: stateful fields and wrong types are 400 in the dialect, a huge input is judged undecoded, nothing upstream', async (t) => {
+  const s = await setup(t);
+  const before = s.h.sim.received.length;
+  const input = [{ role: 'user', content: 'hi' }];
+  const cases: Array<[string, Record<string, unknown>]> = [
+    ['previous_response_id', { previous_response_id: 'resp_1' }], ['store: true', { store: true }], ['store as a string', { store: 'false' }],
+    ['conversation', { conversation: { id: 'conv_1' } }], ['background: true', { background: true }], ['background as a number', { background: 1 }],
+    ['input a number', { input: 42 }], ['input an object', { input: { role: 'user', content: 'hi' } }], ['input null', { input: null }],
+    ['an item_reference', { input: [...input, { type: 'item_reference', id: 'msg_1' }] }],
+    ['a compaction_trigger', { input: [...input, { type: 'compaction_trigger' }] }],
+  ];
+  for (const [name, extra] of cases) expectError(t, await post(s, 'responses', JSON.stringify(validBody('responses', extra))), 'responses', 'invalid_body', `${name}:`);
+  // 20 MiB of conversation ending in a reference to a stored item: refused from the scan's index.
+  const huge = Array.from({ length: 2000 }, (_, i) => ({ type: 'message', role: i % 2 ? 'assistant' : 'user', content: 'x'.repeat(10 * 1024) }));
+  const started = performance.now();
+  expectError(t, await post(s, 'responses', JSON.stringify(validBody('responses', { input: [...huge, { type: 'item_reference', id: 'm' }] }))), 'responses', 'invalid_body', '20 MiB input with an item_reference:');
+  t.comment(`20 MiB refused in ${(performance.now() - started).toFixed(0)} ms`);
+  t.equal(s.h.sim.received.length, before, 'nothing upstream');
+  t.equal(s.h.rowCount(), 0, 'no row for a refusal');
+  t.same(s.h.logs.filter((l) => l.msg === 'request failed inside the gateway').map((l) => l.err), [], 'no request failed inside the gateway');
+  await stillServes(t, s);
+});
+
 t.test('content-type is not checked: a JSON body passes whatever it says, a non-JSON body is 400', async (t) => {
   const s = await setup(t);
   for (const dialect of DIALECTS) {
@@ -303,7 +333,7 @@ t.test('deep nesting answers 400 or passes, never a crash or a 500', async (t) =
   const N = 100_000;
   const before = s.h.sim.received.length;
   for (const dialect of DIALECTS) {
-    const model = dialect === 'chat' ? 'sluice/fast' : 'claude-sonnet-4-5'; // tier models: the body is re-serialised
+    const model = dialect === 'messages' ? 'claude-sonnet-4-5' : 'sluice/fast'; // tier models: the body is re-serialised
     const cases: Array<[string, string]> = [
       ['100k unclosed [', '['.repeat(N)],
       ['100k nested arrays as the whole body', '['.repeat(N) + ']'.repeat(N)],
@@ -316,7 +346,9 @@ t.test('deep nesting answers 400 or passes, never a crash or a 500', async (t) =
   }
   t.equal(s.h.sim.received.length, before, 'nothing upstream');
   for (const dialect of DIALECTS) {
-    const body = validBody(dialect, { metadata: { x: JSON.parse('['.repeat(200) + ']'.repeat(200)) } });
+    const deep = JSON.parse('['.repeat(200) + ']'.repeat(200));
+    // Responses `metadata` is a string map at the router: the nesting rides in a field of its own there.
+    const body = validBody(dialect, dialect === 'responses' ? { x_nested: deep } : { metadata: { x: deep } });
     t.equal((await post(s, dialect, JSON.stringify(body))).status, 200, `${dialect}: 200 levels of nesting pass`);
   }
   await stillServes(t, s);
@@ -330,12 +362,12 @@ t.test('invalid UTF-8 inside a JSON string decodes to U+FFFD; outside a string i
     ['C3 28', [0xc3, 0x28]], ['lone FF', [0xff]], ['UTF-16 surrogate D800', [0xed, 0xa0, 0x80]], ['overlong /', [0xc0, 0xaf]], ['cut 4-byte sequence', [0xf0, 0x9f, 0x98]],
   ];
   for (const dialect of DIALECTS) {
-    const [pre, post_] = JSON.stringify(validBody(dialect, { messages: [{ role: 'user', content: 'ab@@cd' }] })).split('@@');
+    const [pre, post_] = JSON.stringify(validBody(dialect, turn(dialect, 'ab@@cd'))).split('@@');
     for (const [name, bytes] of bad) {
       const r = await post(s, dialect, Buffer.concat([Buffer.from(pre), Buffer.from(bytes), Buffer.from(post_)]), { 'content-type': 'application/json' });
       t.equal(r.status, 200, `${dialect} ${name} in a message: served`);
       const upstream = s.h.sim.received.at(-1)!.json;
-      t.ok(upstream.messages[0].content.startsWith('ab\uFFFD'), `${dialect} ${name}: upstream got U+FFFD`);
+      t.ok((upstream.messages ?? upstream.input)[0].content.startsWith('ab\uFFFD'), `${dialect} ${name}: upstream got U+FFFD`);
     }
     const before = s.h.sim.received.length;
     const model = Buffer.concat([Buffer.from('{"model":"sluice/'), Buffer.from([0xc3, 0x28]), Buffer.from('","messages":[]}')]);
@@ -384,7 +416,7 @@ t.test('header abuse: 431 for huge headers, 400 from the parser for bad lines, t
     const r = await post(s, dialect, JSON.stringify(validBody(dialect)), many);
     t.equal(r.status, 200, `${dialect}: 500 small headers are served`);
   }
-  t.equal(s.h.sim.received.length, before + 2, 'nothing upstream but the two valid requests');
+  t.equal(s.h.sim.received.length, before + DIALECTS.length, 'nothing upstream but the valid requests');
   await stillServes(t, s);
 });
 
@@ -448,7 +480,7 @@ t.test('a body that never finishes: 408 in the dialect, the connection freed, ot
       t.ok(slow.closed && !slow.timedOut, `${dialect} ${name}: the server closed the connection`);
     }
   }
-  t.equal(s.h.sim.received.length, before + 6, 'only the valid requests went upstream');
+  t.equal(s.h.sim.received.length, before + 3 * DIALECTS.length, 'only the valid requests went upstream');
   const health = (await (await fetch(`${s.h.url}/health?details`)).json()) as { in_flight: number };
   t.equal(health.in_flight, 1, 'no stalled request is still held (only this one)');
   await stillServes(t, s);
@@ -481,8 +513,8 @@ t.test('a client that closes mid-body: no crash, nothing upstream, no row', asyn
   const health = (await (await fetch(`${s.h.url}/health?details`)).json()) as { in_flight: number };
   t.equal(health.in_flight, 1, 'no abandoned request is still held');
   await stillServes(t, s);
-  await s.h.rows(2);
-  t.same(s.rows.map((r) => [r.endpoint, r.outcome]), [['chat', 'ok'], ['messages', 'ok']], 'rows only for the two valid requests');
+  await s.h.rows(DIALECTS.length);
+  t.same(s.rows.map((r) => [r.endpoint, r.outcome]), DIALECTS.map((d) => [d, 'ok']), 'rows only for the valid requests');
 });
 
 t.test('unknown paths: 404 in the guessed dialect; other methods on the routes: 405 with allow', async (t) => {
@@ -507,6 +539,10 @@ t.test('unknown paths: 404 in the guessed dialect; other methods on the routes: 
     ['/v1/messages/', 'messages'],
     ['/v1/messagesX?beta=true', 'messages'],
     ['/v1/nope', 'messages', { 'anthropic-version': '2023-06-01' }],
+    ['/v1/responses/', 'responses'],
+    ['/v1/responses/resp_123', 'responses'],
+    ['/v1/responses/compact', 'responses'],
+    ['/v1/responses%00', 'responses'],
     ['/admin', 'messages', { 'anthropic-version': 'garbage' }],
   ];
   for (const [path, dialect, extra] of paths) {
@@ -514,7 +550,7 @@ t.test('unknown paths: 404 in the guessed dialect; other methods on the routes: 
     expectError(t, r, dialect, 'not_found', `POST ${path.slice(0, 60)} (${dialect}):`);
   }
   const routes: Array<[string, Dialect, string]> = [
-    ['/v1/chat/completions', 'chat', 'POST'], ['/v1/messages', 'messages', 'POST'], ['/v1/messages/count_tokens', 'messages', 'POST'], ['/v1/models', 'chat', 'GET'],
+    ['/v1/chat/completions', 'chat', 'POST'], ['/v1/messages', 'messages', 'POST'], ['/v1/messages/count_tokens', 'messages', 'POST'], ['/v1/responses', 'responses', 'POST'], ['/v1/models', 'chat', 'GET'],
   ];
   for (const [path, dialect, allowed] of routes) {
     for (const method of ['GET', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'TRACE', 'POST'].filter((m) => m !== allowed)) {

@@ -83,7 +83,7 @@ t.test('responses: `user`, else `safety_identifier`; Codex\'s session-id header 
 });
 
 // ---------------------------------------------------------------------------------------------
-// End to end: the rows carry end_user and session; the session headers never go upstream.
+// End to end: the rows carry end_user and session; the session headers (Codex's too) never go upstream.
 
 t.test('e2e: rows carry end_user and session', async (t) => {
   const h = await startHarness(t);
@@ -104,6 +104,8 @@ t.test('e2e: rows carry end_user and session', async (t) => {
   }
   const msg = (userId?: string) => ({ model: 'sluice/fast', max_tokens: 20, messages: [{ role: 'user', content: 'hi' }], ...(userId ? { metadata: { user_id: userId } } : {}) });
   const chat = (user?: string) => ({ model: 'sluice/fast', messages: [{ role: 'user', content: 'hi' }], ...(user ? { user } : {}) });
+  const resp = (extra: Record<string, string> = {}) => ({ model: 'sluice/fast', input: 'hi', ...extra });
+  const CODEX = '01a21037-d823-7521-b1bb-0db43948f683';
 
   const cases: Array<[string, string, Record<string, any>, Record<string, string>, string | null, string | null]> = [
     ['chat user', '/v1/chat/completions', chat('user-42'), {}, 'user-42', null],
@@ -114,6 +116,10 @@ t.test('e2e: rows carry end_user and session', async (t) => {
     ['messages legacy blob', '/v1/messages', msg(LEGACY_EMPTY), {}, `cc:${SESSION}`, SESSION],
     ['claude code header', '/v1/messages', msg(JSON_BLOB), { 'x-claude-code-session-id': OTHER }, `cc:${OTHER}`, OTHER],
     ['claude code header and x-sluice-session', '/v1/messages', msg('alice'), { 'x-claude-code-session-id': OTHER, 'x-sluice-session': 'conv-3' }, `cc:${OTHER}`, 'conv-3'],
+    ['responses user', '/v1/responses', resp({ user: 'bob' }), {}, 'bob', null],
+    ['responses safety_identifier', '/v1/responses', resp({ safety_identifier: 'h-77' }), {}, 'h-77', null],
+    ['codex session-id', '/v1/responses', resp(), { 'session-id': CODEX, 'thread-id': CODEX, 'x-codex-turn-metadata': '{"installation_id":"i"}' }, null, CODEX],
+    ['codex session-id and x-sluice-session', '/v1/responses', resp({ user: 'bob' }), { 'session-id': CODEX, 'x-sluice-session': 'conv-4' }, 'bob', 'conv-4'],
   ];
   for (const [name, path, body, headers, endUser, session] of cases) {
     const { row, sent } = await send(path, body, headers);
@@ -121,6 +127,8 @@ t.test('e2e: rows carry end_user and session', async (t) => {
     t.equal(row.session, session, `${name}: session`);
     t.notOk('x-claude-code-session-id' in sent.headers, `${name}: claude code header not forwarded`);
     t.notOk('x-sluice-session' in sent.headers, `${name}: x-sluice-session not forwarded`);
+    for (const codex of ['session-id', 'thread-id', 'x-codex-turn-metadata']) t.notOk(codex in sent.headers, `${name}: ${codex} not forwarded`);
+    if (path === '/v1/responses') t.equal(sent.json.user, body.user, `${name}: user forwarded unchanged`);
     if (body.metadata) t.same(sent.json.metadata, body.metadata, `${name}: metadata forwarded unchanged`);
   }
   t.equal(h.rowCount(), cases.length, 'one row per request');

@@ -1,4 +1,4 @@
-// The usage tap against real simulated-router bodies (both dialects, streamed and JSON, tools,
+// The usage tap against real simulated-router bodies (all three dialects, streamed and JSON, tools,
 // failures, no cost, cache and reasoning counts, non-ASCII text): one chunk, every single cut
 // point and hundreds of seeded random cut sets (cuts inside UTF-8 characters included) must all
 // give the usage the sim charged. Also CRLF, comment lines, a stray [DONE], garbage that must
@@ -107,6 +107,15 @@ const CASES: Case[] = [
   { name: 'messages JSON, defaults', dialect: 'messages', stream: false, model: 'meta-llama/llama-3.3-70b-instruct', pieces: 5, expectProvider: 'DeepInfra' },
   { name: 'messages JSON, tool and non-ASCII, cache', dialect: 'messages', stream: false, reply: UNI, tool: 'search', cached: 6, cacheWrite: 2, pieces: UNI_WORDS, expectProvider: 'Google' },
   { name: 'messages JSON, fails after 1 (an error status)', dialect: 'messages', stream: false, failAfter: 1, pieces: 1, expectProvider: 'Google' },
+  // The Responses API: no provider in the response object; a tool call replaces the text.
+  { name: 'responses stream, defaults', dialect: 'responses', stream: true, model: 'openai/gpt-5', pieces: 5, expectProvider: '' },
+  { name: 'responses stream, a tool', dialect: 'responses', stream: true, tool: 'get_weather', pieces: 0, expectProvider: '' },
+  { name: 'responses stream, non-ASCII, cache and reasoning, no cost', dialect: 'responses', stream: true, reply: UNI, cached: 20, reasoning: 7, noCost: true, pieces: UNI_WORDS, expectProvider: '' },
+  { name: 'responses stream, bytes', dialect: 'responses', stream: true, chunks: 6, bytes: 1500, pieces: 6, expectProvider: '' },
+  { name: 'responses stream, fails after 3', dialect: 'responses', stream: true, reply: UNI, failAfter: 3, pieces: 3, expectProvider: '' },
+  { name: 'responses JSON, defaults', dialect: 'responses', stream: false, pieces: 5, expectProvider: '' },
+  { name: 'responses JSON, a tool, cache and reasoning', dialect: 'responses', stream: false, tool: 'lookup', cached: 6, reasoning: 4, pieces: 0, expectProvider: '' },
+  { name: 'responses JSON, fails after 2', dialect: 'responses', stream: false, reply: UNI, failAfter: 2, pieces: 2, expectProvider: '' },
 ];
 
 function xSim(c: Case): string {
@@ -130,11 +139,11 @@ let bearerSeq = 0;
 async function fetchBody(sim: SimulatedRouter, c: Case): Promise<Fetched> {
   const bearer = `sk-or-v1-tap-${++bearerSeq}`;
   const model = c.model ?? 'google/gemini-2.5-flash';
-  const request = JSON.stringify({
-    model, stream: c.stream, max_tokens: 100,
-    messages: [{ role: 'user', content: c.reply === undefined ? 'hi' : `say [[reply:${c.reply}]]` }],
-  });
-  const res = await fetch(`${sim.url}/api/v1/${c.dialect === 'chat' ? 'chat/completions' : 'messages'}`, {
+  const turn = [{ role: 'user', content: c.reply === undefined ? 'hi' : `say [[reply:${c.reply}]]` }];
+  const request = JSON.stringify(c.dialect === 'responses'
+    ? { model, stream: c.stream, max_output_tokens: 100, input: turn }
+    : { model, stream: c.stream, max_tokens: 100, messages: turn });
+  const res = await fetch(`${sim.url}/api/v1/${{ chat: 'chat/completions', messages: 'messages', responses: 'responses' }[c.dialect]}`, {
     method: 'POST', headers: { authorization: `Bearer ${bearer}`, 'content-type': 'application/json', 'x-sim': xSim(c) }, body: request,
   });
   const body = Buffer.from(await res.arrayBuffer());
@@ -150,10 +159,16 @@ function expected(c: Case, f: Fetched): Usage {
   const completion = c.pieces + (c.tool && !failed ? 3 : 0) + (c.reasoning ?? 0);
   const base: Usage = {
     input_tokens: f.promptTokens - cached - written, output_tokens: completion, cache_read_tokens: cached, cache_write_tokens: written,
-    reasoning_tokens: c.dialect === 'chat' ? (c.reasoning ?? 0) : 0, // the sim's messages usage carries no reasoning count
+    reasoning_tokens: c.dialect !== 'messages' ? (c.reasoning ?? 0) : 0, // the sim's messages usage carries no reasoning count
     cost: c.noCost ? null : f.charged, provider: c.expectProvider, generation_id: f.generationId, model,
     tools: c.tool && !failed ? [c.tool] : [], error: failed,
   };
+  if (c.dialect === 'responses') {
+    base.provider = null; // the response object names none
+    // A failed stream ends with response.failed carrying no usage; a failed JSON answer keeps what was settled.
+    if (failed && c.stream) return { ...base, input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0, reasoning_tokens: 0, cost: null };
+    return base;
+  }
   if (!failed) return base;
   if (c.dialect === 'chat' && c.stream) return { ...base, input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0, reasoning_tokens: 0, cost: null };
   // A messages stream that fails carries only message_start's usage (output_tokens 1).
@@ -181,8 +196,10 @@ t.test('simulated bodies, cut anywhere', async (t) => {
       if (c.tool) {
         // Non-ASCII where the usage reads it (tool and provider names), so a character split
         // across chunks would show in the result, not only in the reply text.
-        const exotic = Buffer.from(text.replaceAll(JSON.stringify(c.tool), JSON.stringify(EXOTIC_TOOL)).replaceAll(JSON.stringify(c.expectProvider), JSON.stringify(EXOTIC_PROVIDER)));
-        const wantExotic = { ...want, tools: [EXOTIC_TOOL], provider: EXOTIC_PROVIDER };
+        const named = c.expectProvider !== ''; // the Responses object names no provider
+        const renamed = text.replaceAll(JSON.stringify(c.tool), JSON.stringify(EXOTIC_TOOL));
+        const exotic = Buffer.from(named ? renamed.replaceAll(JSON.stringify(c.expectProvider), JSON.stringify(EXOTIC_PROVIDER)) : renamed);
+        const wantExotic = { ...want, tools: [EXOTIC_TOOL], provider: named ? EXOTIC_PROVIDER : null };
         t.strictSame(tapWith(c.dialect, c.stream, exotic, []), wantExotic, 'non-ASCII tool and provider names');
         t.strictSame(firstMismatch(c.dialect, c.stream, exotic, wantExotic, seed++), undefined, 'non-ASCII names cut anywhere, inside characters included');
       }
