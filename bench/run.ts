@@ -78,6 +78,23 @@ async function main(): Promise<number> {
   return correct ? 0 : 1;
 }
 
+const USAGE = `npm run bench -- [options]     (docs/benchmarks.md says what each figure means)
+
+  --store sqlite|postgres|both   which stores sluice runs on (default sqlite)
+  --only NAME[,NAME]             scenarios: ${scenarios().map((s) => s.name).join(', ')}
+  --warmup S                     warm-up seconds per target and scenario (default 5)
+  --profile DIR                  CPU profiles of sluice and the floors into DIR
+  --pin                          the measured server alone on the last CPU
+  --streams [--quick]            1,000 slow streams, the stall-free search, a burst, slow readers
+  --soak MINUTES                 mixed traffic for MINUTES (BENCH_SOAK_RATE req/s, default 50)
+Environment: BENCH_SECONDS (5), BENCH_ROUNDS (5), BENCH_PG_URL, BENCH_REDIS_URL.
+`;
+
+if (process.argv.includes('--help') || process.argv.includes('-h')) {
+  process.stdout.write(USAGE);
+  process.exit(0);
+}
+
 // --streams and --soak MINUTES: the stream-scale and soak benchmarks (bench/streams.ts, bench/soak.ts),
 // each with its own processes and report.
 const other = process.argv.includes('--streams') ? './streams.ts' : process.argv.includes('--soak') ? './soak.ts' : undefined;
