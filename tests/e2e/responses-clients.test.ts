@@ -46,8 +46,8 @@ for (const store of ['sqlite', 'postgres'] as const) {
   });
 }
 
-t.test('the openai SDK responses.create, streamed and not, and the AI SDK default provider', async (t) => {
-  const h = await startHarness(t);
+for (const store of ['sqlite', 'postgres'] as const) t.test(`${store}: the openai SDK responses.create, streamed and not, and the AI SDK default provider`, async (t) => {
+  const h = await startHarness(t, { store });
   const key = await h.key('dev');
   const client = new OpenAI({ baseURL: `${h.url}/v1`, apiKey: key, maxRetries: 0 });
   const json = await client.responses.create({ model: 'sluice/fast', input: 'hi', user: 'end-user-7' });
