@@ -42,6 +42,10 @@ function responsesTool(item: any): string | undefined {
   return type.slice(0, -5);
 }
 
+interface UsageNames { input: string; inDetails: string; output: string; outDetails: string }
+const CHAT_USAGE: UsageNames = { input: 'prompt_tokens', inDetails: 'prompt_tokens_details', output: 'completion_tokens', outDetails: 'completion_tokens_details' };
+const RESPONSES_USAGE: UsageNames = { input: 'input_tokens', inDetails: 'input_tokens_details', output: 'output_tokens', outDetails: 'output_tokens_details' };
+
 const MAX_JSON_BYTES = 16 * 1024 * 1024;
 
 function n(v: unknown): number {
@@ -194,18 +198,7 @@ export class UsageTap {
         if (c?.finish_reason === 'error' || c?.error) u.error = true;
       }
     }
-    const usage = j.usage;
-    if (usage && typeof usage === 'object') {
-      const cached = n(usage.prompt_tokens_details?.cached_tokens);
-      const written = n(usage.prompt_tokens_details?.cache_write_tokens);
-      // Chat counts cached tokens inside prompt_tokens; rows keep Anthropic's split (uncached input).
-      u.input_tokens = Math.max(0, n(usage.prompt_tokens) - cached - written);
-      u.cache_read_tokens = cached;
-      u.cache_write_tokens = written;
-      u.output_tokens = n(usage.completion_tokens);
-      u.reasoning_tokens = n(usage.completion_tokens_details?.reasoning_tokens);
-      if (typeof usage.cost === 'number' && Number.isFinite(usage.cost)) u.cost = usage.cost;
-    }
+    this.readOpenAiUsage(j.usage, CHAT_USAGE);
   }
 
   private readMessage(m: any): void {
@@ -233,18 +226,24 @@ export class UsageTap {
         if (name) this.tool(name);
       }
     }
-    const usage = r.usage;
-    if (usage && typeof usage === 'object') {
-      const cached = n(usage.input_tokens_details?.cached_tokens);
-      const written = n(usage.input_tokens_details?.cache_write_tokens);
-      // As chat: input_tokens counts the cached tokens; rows keep Anthropic's split (uncached input).
-      u.input_tokens = Math.max(0, n(usage.input_tokens) - cached - written);
-      u.cache_read_tokens = cached;
-      u.cache_write_tokens = written;
-      u.output_tokens = n(usage.output_tokens);
-      u.reasoning_tokens = n(usage.output_tokens_details?.reasoning_tokens);
-      if (typeof usage.cost === 'number' && Number.isFinite(usage.cost)) u.cost = usage.cost;
-    }
+    this.readOpenAiUsage(r.usage, RESPONSES_USAGE);
+  }
+
+  /**
+   * OpenAI-style usage (chat and responses name the same figures differently). Both count cached
+   * and cache-written tokens inside the input figure; rows keep Anthropic's split (uncached input).
+   */
+  private readOpenAiUsage(usage: any, k: UsageNames): void {
+    if (!usage || typeof usage !== 'object') return;
+    const u = this.usage;
+    const cached = n(usage[k.inDetails]?.cached_tokens);
+    const written = n(usage[k.inDetails]?.cache_write_tokens);
+    u.input_tokens = Math.max(0, n(usage[k.input]) - cached - written);
+    u.cache_read_tokens = cached;
+    u.cache_write_tokens = written;
+    u.output_tokens = n(usage[k.output]);
+    u.reasoning_tokens = n(usage[k.outDetails]?.reasoning_tokens);
+    if (typeof usage.cost === 'number' && Number.isFinite(usage.cost)) u.cost = usage.cost;
   }
 
   /** Messages usage is cumulative: each field present replaces the one seen before. */
