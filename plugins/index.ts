@@ -27,7 +27,7 @@ export function createPlugins(deps: Deps, opts: { bodyTimeoutMs: number }): Plug
     rateLimit(deps, 'end-user'),                 // 1, 7 IP block, key and (key, end user) windows counted in one step → 429
     sanitizeResponses(),                         //      responses: stateful fields the stateless router cannot honour → 400
     budget(deps),                                // 8    daily and monthly budget → degrade, or 429 at 100 %
-    modelResolve(deps),                          //      aliases, sluice/auto, degradation, max_tokens cap, chat fallbacks
+    modelResolve(deps),                          //      aliases, sluice/auto, degradation, fallback lists, output cap + thinking budget
     sanitize(),                                  //      messages-dialect fields non-vendor models reject
   ];
 }
