@@ -78,6 +78,9 @@ export class RedisCounters implements Counters {
       // reads, a batch's spend increments).
       enableAutoPipelining: true,
       maxRetriesPerRequest: 0,
+      // INCRBY is not idempotent: a command whose answer was lost with a connection (it may have
+      // run, and its caller already fell back to memory) must never be sent a second time.
+      autoResendUnfulfilledCommands: false,
       connectTimeout: 2000,
       commandTimeout: opts.commandTimeoutMs ?? 1000,
       retryStrategy: (times) => Math.min(100 * times, 2000),
