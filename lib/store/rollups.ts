@@ -127,46 +127,33 @@ function targets(row: RequestRow): Target[] {
 
 /**
  * Collects deltas keyed by their identity, merging repeats (one upsert per key per batch). It runs
- * for every row written (in the store's thread), so it keeps to cheap steps: a row's hour and day
- * are cut from its timestamp once, not per target.
+ * in the store's thread for every batch written and for the upgrade backfill, so it keeps to cheap
+ * steps: the identity string is built once per (group, target), not per row.
  */
 class Collector {
   readonly rollups = new Map<string, RollupDelta>();
   readonly hist = new Map<string, HistDelta>();
-  private ts = '';
-  private hour = '';
-  private day = '';
 
-  private bucketOf(grain: Grain, ts: string): string {
-    if (ts !== this.ts) {
-      this.ts = ts;
-      this.hour = ts.slice(0, 13);
-      this.day = ts.slice(0, 10);
-    }
-    return grain === 'h' ? this.hour : grain === 'd' ? this.day : '';
-  }
-
-  add(grain: Grain, ts: string, dim: string, key: string, sums: Partial<Sums>, note = ''): void {
-    const bucket = this.bucketOf(grain, ts);
+  /** Adds sums seen between `first` and `last` (timestamps of one UTC hour). */
+  add(grain: Grain, first: string, last: string, dim: string, key: string, sums: Partial<Sums>, note = ''): void {
+    const bucket = bucketOf(grain, first);
     const id = grain + SEP + bucket + SEP + dim + SEP + key;
     let r = this.rollups.get(id);
-    if (!r) this.rollups.set(id, (r = { grain, bucket, dim, key, ...ZERO_SUMS, first_ts: ts, last_ts: ts, note }));
+    if (!r) this.rollups.set(id, (r = { grain, bucket, dim, key, ...ZERO_SUMS, first_ts: first, last_ts: last, note }));
     for (const k in sums) r[k as keyof Sums] += sums[k as keyof Sums]!;
-    if (ts < r.first_ts) r.first_ts = ts;
-    if (ts >= r.last_ts) {
-      r.last_ts = ts;
+    if (first < r.first_ts) r.first_ts = first;
+    if (last >= r.last_ts) {
+      r.last_ts = last;
       r.note = note;
     }
   }
 
-  addHist(grain: Grain, ts: string, dim: string, key: string, metric: Metric, ms: number | null): void {
-    if (ms === null || !Number.isFinite(ms)) return;
-    const idx = histIndex(ms);
-    const bucket = this.bucketOf(grain, ts);
+  addHist(grain: Grain, ts: string, dim: string, key: string, metric: Metric, idx: number, n: number): void {
+    const bucket = bucketOf(grain, ts);
     const id = grain + SEP + bucket + SEP + dim + SEP + key + SEP + metric + SEP + idx;
     const h = this.hist.get(id);
-    if (h) h.n += 1;
-    else this.hist.set(id, { grain, bucket, dim, key, metric, idx, n: 1 });
+    if (h) h.n += n;
+    else this.hist.set(id, { grain, bucket, dim, key, metric, idx, n });
   }
 
   /** Sorted by identity: concurrent writers lock rows in one order (no deadlock on Postgres). */
@@ -176,34 +163,86 @@ class Collector {
   }
 }
 
-/** The rollup deltas of request rows (rows actually inserted: a replayed row must not come here). */
+function bucketOf(grain: Grain, ts: string): string {
+  return grain === 'h' ? ts.slice(0, 13) : grain === 'd' ? ts.slice(0, 10) : '';
+}
+
+/** Histogram counts of one group: per metric, bucket index → count. */
+type GroupHist = Record<'o' | 't' | 'd', Map<number, number>>;
+
+/** Rows alike in every dimension the rollups read, within one UTC hour: summed once, counted once. */
+interface Group {
+  row: RequestRow;
+  sums: Sums;
+  first: string;
+  last: string;
+  hist: GroupHist;
+  tools: Map<string, number> | undefined;
+}
+
+/** What makes two rows count under the same rollup rows (and histogram keys). */
+function signature(r: RequestRow): string {
+  return r.ts.slice(0, 13) + SEP + r.endpoint + SEP + r.outcome + SEP + r.status + SEP + r.profile + SEP + r.provider + SEP
+    + r.model + SEP + r.tier + SEP + r.requested_model + SEP + r.degradation + SEP + r.session + SEP + r.end_user + SEP + r.run;
+}
+
+function count(m: Map<number, number>, ms: number | null): void {
+  if (ms === null || !Number.isFinite(ms)) return;
+  const idx = histIndex(ms);
+  m.set(idx, (m.get(idx) ?? 0) + 1);
+}
+
+/**
+ * The rollup deltas of request rows (rows actually inserted: a replayed row must not come here).
+ * One pass groups the rows (a batch or a backfill slice is mostly a few kinds of request); each
+ * group then adds to its targets once, so the cost per row is one signature and a few additions.
+ */
 export function requestDeltas(rows: Iterable<RequestRow>): Deltas {
-  const c = new Collector();
+  const groups = new Map<string, Group>();
   for (const row of rows) {
-    const sums: Sums = {
-      requests: 1,
-      errors: isError(row) ? 1 : 0,
-      input_tokens: row.input_tokens,
-      output_tokens: row.output_tokens,
-      cache_read_tokens: row.cache_read_tokens,
-      cache_write_tokens: row.cache_write_tokens,
-      reasoning_tokens: row.reasoning_tokens,
-      cost_usd: row.cost_usd,
-    };
-    for (const [grains, dim, key, note] of targets(row)) for (const g of grains) c.add(g, row.ts, dim, key, sums, note ?? '');
-    for (const g of HD) {
-      c.addHist(g, row.ts, 'all', '', 'o', row.overhead_ms);
-      c.addHist(g, row.ts, 'all', '', 't', row.ttfb_ms);
-      c.addHist(g, row.ts, 'all', '', 'd', row.duration_ms);
-      c.addHist(g, row.ts, 'provider', row.provider ?? 'unknown', 't', row.ttfb_ms);
+    const sig = signature(row);
+    let g = groups.get(sig);
+    if (!g) {
+      g = { row, sums: { ...ZERO_SUMS }, first: row.ts, last: row.ts, hist: { o: new Map(), t: new Map(), d: new Map() }, tools: undefined };
+      groups.set(sig, g);
+    }
+    const s = g.sums;
+    s.requests += 1;
+    if (isError(row)) s.errors += 1;
+    s.input_tokens += row.input_tokens;
+    s.output_tokens += row.output_tokens;
+    s.cache_read_tokens += row.cache_read_tokens;
+    s.cache_write_tokens += row.cache_write_tokens;
+    s.reasoning_tokens += row.reasoning_tokens;
+    s.cost_usd += row.cost_usd;
+    if (row.ts < g.first) g.first = row.ts;
+    if (row.ts >= g.last) g.last = row.ts;
+    count(g.hist.o, row.overhead_ms);
+    count(g.hist.t, row.ttfb_ms);
+    count(g.hist.d, row.duration_ms);
+    if (row.tools.length > 0) {
+      g.tools ??= new Map();
+      for (const name of row.tools) g.tools.set(name, (g.tools.get(name) ?? 0) + 1);
+    }
+  }
+  const c = new Collector();
+  for (const g of groups.values()) {
+    const { row, sums, first, last, hist } = g;
+    for (const [grains, dim, key, note] of targets(row)) for (const gr of grains) c.add(gr, first, last, dim, key, sums, note ?? '');
+    const provider = row.provider ?? 'unknown';
+    for (const gr of HD) {
+      for (const [idx, n] of hist.o) c.addHist(gr, first, 'all', '', 'o', idx, n);
+      for (const [idx, n] of hist.t) {
+        c.addHist(gr, first, 'all', '', 't', idx, n);
+        c.addHist(gr, first, 'provider', provider, 't', idx, n);
+      }
+      for (const [idx, n] of hist.d) c.addHist(gr, first, 'all', '', 'd', idx, n);
     }
     if (row.run !== null) {
-      c.addHist('a', row.ts, 'run', row.run, 't', row.ttfb_ms);
-      c.addHist('a', row.ts, 'run', row.run, 'd', row.duration_ms);
+      for (const [idx, n] of hist.t) c.addHist('a', first, 'run', row.run, 't', idx, n);
+      for (const [idx, n] of hist.d) c.addHist('a', first, 'run', row.run, 'd', idx, n);
     }
-    const calls = new Map<string, number>();
-    for (const name of row.tools) calls.set(name, (calls.get(name) ?? 0) + 1);
-    for (const [name, n] of calls) c.add('d', row.ts, 'tool', `${row.profile}${SEP}${name}`, { requests: n });
+    if (g.tools) for (const [name, n] of g.tools) c.add('d', first, last, 'tool', `${row.profile}${SEP}${name}`, { requests: n });
   }
   return c.deltas();
 }
@@ -214,7 +253,7 @@ export function requestDeltas(rows: Iterable<RequestRow>): Deltas {
  */
 export function costDeltas(row: RequestRow, deltaUsd: number): RollupDelta[] {
   const c = new Collector();
-  for (const [grains, dim, key] of targets(row)) for (const g of grains) c.add(g, row.ts, dim, key, { cost_usd: deltaUsd });
+  for (const [grains, dim, key] of targets(row)) for (const g of grains) c.add(g, row.ts, row.ts, dim, key, { cost_usd: deltaUsd });
   return c.deltas().rollups;
 }
 
@@ -222,8 +261,8 @@ export function costDeltas(row: RequestRow, deltaUsd: number): RollupDelta[] {
 export function auditDeltas(rows: Iterable<AuditRow>): Deltas {
   const c = new Collector();
   for (const r of rows) {
-    c.add('d', r.ts, 'auth_outcome', r.outcome, { requests: 1 });
-    c.add('d', r.ts, 'auth_ip', r.ip, { requests: 1 });
+    c.add('d', r.ts, r.ts, 'auth_outcome', r.outcome, { requests: 1 });
+    c.add('d', r.ts, r.ts, 'auth_ip', r.ip, { requests: 1 });
   }
   return c.deltas();
 }
