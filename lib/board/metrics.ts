@@ -2,15 +2,17 @@
 // the server calls as rows are recorded, auth fails and errors are rendered, and the gauges read
 // once per scrape. Labels are bounded by configuration (profiles, tiers, routes, catalogue codes):
 // never a key, prefix, end user, session, IP or free-form model id. Recording a row is a map lookup
-// plus a few increments; a scrape never waits more than `collectTimeoutMs` on the budget counters.
+// plus a few additions to plain numbers (./tallies.ts); a scrape never waits more than
+// `collectTimeoutMs` on the budget counters.
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
-import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import type { Budget } from '../budget.ts';
 import type { Config } from '../config.ts';
 import type { ErrorCode } from '../errors.ts';
 import type { AuditOutcome, RequestRow, Store } from '../store/store.ts';
+import { CounterFamily, HistogramFamily, type CounterCell, type HistogramCell } from './tallies.ts';
 
 export interface MetricsSources {
   config: Config;
@@ -37,12 +39,12 @@ const DURATION_BUCKETS = [0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600
 
 /** The children one label combination of a row touches, created on first use and kept. */
 interface RowChildren {
-  requests: Counter.Internal;
-  cost: Counter.Internal;
-  tokens: Counter.Internal[];
-  overhead: Histogram.Internal<string>;
-  ttfb: Histogram.Internal<string>;
-  duration: Histogram.Internal<string>;
+  requests: CounterCell;
+  cost: CounterCell;
+  tokens: CounterCell[];
+  overhead: HistogramCell;
+  ttfb: HistogramCell;
+  duration: HistogramCell;
 }
 
 export function statusClass(status: number): string {
@@ -57,12 +59,13 @@ export function createMetrics(src: MetricsSources) {
   const profileLabel = (p: string | null | undefined) => (p && profiles.has(p) ? p : 'other');
   const tierLabel = (t: string | null | undefined) => (t && tiers.has(t) ? t : 'none');
 
-  const requests = new Counter({ name: 'sluice_requests_total', help: 'Proxied requests recorded, by route, profile, tier, outcome and status class.', labelNames: ['route', 'profile', 'tier', 'outcome', 'status_class'], registers });
-  const tokens = new Counter({ name: 'sluice_tokens_total', help: 'Tokens of recorded requests, by profile, tier and kind.', labelNames: ['profile', 'tier', 'kind'], registers });
-  const cost = new Counter({ name: 'sluice_cost_usd_total', help: 'Cost of recorded requests in USD, by profile and tier.', labelNames: ['profile', 'tier'], registers });
-  const overhead = new Histogram({ name: 'sluice_overhead_seconds', help: 'Time spent in sluice before the request went upstream.', labelNames: ['route'], buckets: OVERHEAD_BUCKETS, registers });
-  const ttfb = new Histogram({ name: 'sluice_ttfb_seconds', help: 'Time from the request to the first byte of the upstream response.', labelNames: ['route', 'tier'], buckets: UPSTREAM_BUCKETS, registers });
-  const duration = new Histogram({ name: 'sluice_request_duration_seconds', help: 'Time from the request to the end of its response.', labelNames: ['route', 'tier'], buckets: DURATION_BUCKETS, registers });
+  // The per-row families: plain numbers until a scrape (./tallies.ts).
+  const requests = new CounterFamily({ name: 'sluice_requests_total', help: 'Proxied requests recorded, by route, profile, tier, outcome and status class.', labelNames: ['route', 'profile', 'tier', 'outcome', 'status_class'], registry });
+  const tokens = new CounterFamily({ name: 'sluice_tokens_total', help: 'Tokens of recorded requests, by profile, tier and kind.', labelNames: ['profile', 'tier', 'kind'], registry });
+  const cost = new CounterFamily({ name: 'sluice_cost_usd_total', help: 'Cost of recorded requests in USD, by profile and tier.', labelNames: ['profile', 'tier'], registry });
+  const overhead = new HistogramFamily({ name: 'sluice_overhead_seconds', help: 'Time spent in sluice before the request went upstream.', labelNames: ['route'], buckets: OVERHEAD_BUCKETS, registry });
+  const ttfb = new HistogramFamily({ name: 'sluice_ttfb_seconds', help: 'Time from the request to the first byte of the upstream response.', labelNames: ['route', 'tier'], buckets: UPSTREAM_BUCKETS, registry });
+  const duration = new HistogramFamily({ name: 'sluice_request_duration_seconds', help: 'Time from the request to the end of its response.', labelNames: ['route', 'tier'], buckets: DURATION_BUCKETS, registry });
   const authFailures = new Counter({ name: 'sluice_auth_failures_total', help: 'Authentication failures (auth chain steps 2-5), by outcome.', labelNames: ['outcome'], registers });
   for (const o of AUTH_OUTCOMES) authFailures.labels(o).inc(0);
   const refusals = new Counter({ name: 'sluice_refusals_total', help: "Requests sluice answered with its own error (ip_blocked, rate_limit_exceeded, budget_exhausted, ...), by route, profile and code.", labelNames: ['route', 'profile', 'code'], registers });
@@ -95,12 +98,12 @@ export function createMetrics(src: MetricsSources) {
     let c = children.get(k);
     if (!c) {
       children.set(k, (c = {
-        requests: requests.labels(route, profile, tier, outcome, cls),
-        cost: cost.labels(profile, tier),
-        tokens: TOKEN_KINDS.map((kind) => tokens.labels(profile, tier, kind)),
-        overhead: overhead.labels(route),
-        ttfb: ttfb.labels(route, tier),
-        duration: duration.labels(route, tier),
+        requests: requests.cell(route, profile, tier, outcome, cls),
+        cost: cost.cell(profile, tier),
+        tokens: TOKEN_KINDS.map((kind) => tokens.cell(profile, tier, kind)),
+        overhead: overhead.cell(route),
+        ttfb: ttfb.cell(route, tier),
+        duration: duration.cell(route, tier),
       }));
     }
     return c;
@@ -142,13 +145,16 @@ export function createMetrics(src: MetricsSources) {
     row(row: RequestRow): void {
       const tier = tierLabel(row.tier);
       const c = rowChildren(ROUTES.has(row.endpoint) ? row.endpoint : 'other', profileLabel(row.profile), tier, OUTCOMES.has(row.outcome) ? row.outcome : 'other', statusClass(row.status));
-      c.requests.inc();
-      if (row.cost_usd > 0) c.cost.inc(row.cost_usd);
-      const t = [row.input_tokens, row.output_tokens, row.cache_read_tokens, row.cache_write_tokens, row.reasoning_tokens];
-      for (let i = 0; i < t.length; i++) if (t[i] > 0) c.tokens[i].inc(t[i]);
-      if (row.overhead_ms !== null) c.overhead.observe(row.overhead_ms / 1000);
-      if (row.ttfb_ms !== null) c.ttfb.observe(row.ttfb_ms / 1000);
-      c.duration.observe(row.duration_ms / 1000);
+      c.requests.value += 1;
+      if (row.cost_usd > 0) c.cost.value += row.cost_usd;
+      if (row.input_tokens > 0) c.tokens[0].value += row.input_tokens;
+      if (row.output_tokens > 0) c.tokens[1].value += row.output_tokens;
+      if (row.cache_read_tokens > 0) c.tokens[2].value += row.cache_read_tokens;
+      if (row.cache_write_tokens > 0) c.tokens[3].value += row.cache_write_tokens;
+      if (row.reasoning_tokens > 0) c.tokens[4].value += row.reasoning_tokens;
+      if (row.overhead_ms !== null) overhead.observe(c.overhead, row.overhead_ms / 1000);
+      if (row.ttfb_ms !== null) ttfb.observe(c.ttfb, row.ttfb_ms / 1000);
+      duration.observe(c.duration, row.duration_ms / 1000);
     },
     authFailure(outcome: AuditOutcome): void {
       authFailures.labels(outcome).inc();
