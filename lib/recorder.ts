@@ -36,8 +36,11 @@ export class Recorder {
     this.store = opts.store;
     this.log = opts.log;
     this.dir = opts.dataDir;
-    this.flushMs = opts.flushMs ?? 250;
-    this.batch = opts.batch ?? 500;
+    // Half a second and up to 2,000 rows per write: at thousands of requests a second each
+    // transaction (and its rollup upserts) carries a thousand rows or more, well inside the second
+    // a row may take to reach the store.
+    this.flushMs = opts.flushMs ?? 500;
+    this.batch = opts.batch ?? 2_000;
     this.memoryLimit = opts.memoryLimit ?? 5_000;
   }
 
