@@ -1,6 +1,8 @@
 // The board's summary (`GET /api/summary`, and the object `GET /` renders): one function reading
-// the rollups for every window longer than an hour, the raw rows of the last hour only, the budget
-// counters, the usage snapshots and the health figures. Read-only, UTC throughout; it never puts a
+// the rollups for every window, the newest RECENT_LIMIT raw rows (the costliest requests), the
+// budget counters, the usage snapshots and the health figures. Its cost does not grow with the
+// traffic of the current hour: "the last hour" is this clock hour's rollups plus the previous
+// hour's, weighted by the share of it inside the last 60 minutes (docs/board.md). Read-only, UTC throughout; it never puts a
 // key, a key prefix of a request, an upstream key or any prompt text into what it returns.
 
 import { authFailureState } from '../../plugins/ip-block.ts';
@@ -8,7 +10,7 @@ import type { Budget, BudgetState } from '../budget.ts';
 import type { Catalog } from '../catalog.ts';
 import type { Config } from '../config.ts';
 import type { Counters } from '../counters/counters.ts';
-import type { BoardHistSum, BoardRecentRow, BoardSum, Store, UsageSnapshot } from '../store/store.ts';
+import type { BoardHistSum, BoardSum, Store, UsageSnapshot } from '../store/store.ts';
 import { anomalies, type AnomalyInput } from './anomalies.ts';
 import { AUTO_MODEL, percentiles, SEP, statusClass, ZERO_SUMS, type Sums } from '../store/rollups.ts';
 import type * as T from './types.ts';
@@ -34,8 +36,8 @@ export interface SummaryDeps {
 const AUDIT_OUTCOMES = ['missing_key', 'malformed_key', 'unknown_key', 'revoked_key', 'expired_key', 'ip_not_allowed', 'revoked_by_admin'];
 const HOUR = 3_600_000;
 const DAY = 86_400_000;
-/** At most this many raw rows are read for the last hour. */
-const RECENT_LIMIT = 50_000;
+/** The newest raw rows read (the costliest requests of the last hour are looked for among them). */
+const RECENT_LIMIT = 1_000;
 
 const dayOf = (ms: number) => new Date(ms).toISOString().slice(0, 10);
 const hourOf = (ms: number) => new Date(ms).toISOString().slice(0, 13);
@@ -65,13 +67,6 @@ function hist(rows: BoardHistSum[], dim: string, key: string, metric: 'o' | 't' 
   const m = new Map<number, number>();
   for (const h of rows) if (h.dim === dim && h.key === key && h.metric === metric) m.set(h.idx, (m.get(h.idx) ?? 0) + h.n);
   return percentiles(m);
-}
-
-/** Exact percentiles of a few raw values (the last hour). */
-function exact(values: number[]): number | null {
-  if (values.length === 0) return null;
-  const s = [...values].sort((a, b) => a - b);
-  return s[Math.max(0, Math.ceil(0.95 * s.length) - 1)];
 }
 
 /** One window's figures from its rollup rows (already summed over the window by the store). */
@@ -163,18 +158,44 @@ function sessionRow(key: string, s: { requests: number; cost_usd: number; last_t
   return { profile, session: session || null, end_user: end_user || null, tier: tier || 'none', requests: s.requests, cost_usd: r6(s.cost_usd), last_seen: s.last_ts };
 }
 
-function activeSessions(recent: BoardRecentRow[]): T.SessionRow[] {
+/** Sessions seen in the last hour, from the hourly rollups of this hour and the previous one; latest first. */
+function activeSessions(hourRows: BoardSum[], hourAgo: string): T.SessionRow[] {
   const m = new Map<string, { requests: number; cost_usd: number; last_ts: string; tier: string }>();
-  for (const r of recent) { // newest first: the first row seen holds the latest tier
-    if (r.session === null && r.end_user === null) continue;
-    const k = [r.profile, r.session ?? '', r.end_user ?? ''].join(SEP);
-    const g = m.get(k);
-    if (g) {
-      g.requests += 1;
+  for (const r of hourRows) {
+    if (r.dim !== 'session') continue;
+    const g = m.get(r.key);
+    if (!g) m.set(r.key, { requests: r.requests, cost_usd: r.cost_usd, last_ts: r.last_ts, tier: r.note || 'none' });
+    else {
+      g.requests += r.requests;
       g.cost_usd += r.cost_usd;
-    } else m.set(k, { requests: 1, cost_usd: r.cost_usd, last_ts: r.ts, tier: r.tier ?? 'none' });
+      if (r.last_ts > g.last_ts) {
+        g.last_ts = r.last_ts;
+        g.tier = r.note || 'none';
+      }
+    }
   }
-  return [...m].map(([k, g]) => sessionRow(k, g, g.tier)).sort((a, b) => (a.last_seen < b.last_seen ? 1 : -1)).slice(0, 50);
+  return [...m].filter(([, g]) => g.last_ts >= hourAgo).map(([k, g]) => sessionRow(k, g, g.tier))
+    .sort((a, b) => (a.last_seen < b.last_seen ? 1 : -1)).slice(0, 50);
+}
+
+/**
+ * The last 60 minutes from hourly rollups: this clock hour whole, plus the previous hour weighted
+ * by the share of it still inside the window (at 12:15, three quarters of 11:00–12:00).
+ */
+function lastHour(rows: BoardSum[], hourNow: string, now: number) {
+  const prevWeight = 1 - (now % HOUR) / HOUR;
+  const weight = (r: BoardSum) => (r.bucket === hourNow ? 1 : prevWeight);
+  return {
+    sum(dim: string, key: string, field: 'requests' | 'errors' | 'cost_usd'): number {
+      let v = 0;
+      for (const r of rows) if (r.dim === dim && r.key === key) v += r[field] * weight(r);
+      return v;
+    },
+    /** Keys of `dim` with a row in the window. */
+    keys(dim: string): string[] {
+      return [...new Set(rows.filter((r) => r.dim === dim).map((r) => r.key))];
+    },
+  };
 }
 
 async function budgetState(d: SummaryDeps, name: string): Promise<BudgetState | undefined> {
@@ -218,6 +239,7 @@ export async function computeSummary(d: SummaryDeps): Promise<T.Summary> {
   const { store } = d;
   const today = dayOf(now);
   const hourNow = hourOf(now);
+  const hourPrev = hourOf(now - HOUR);
   const h24 = hourOf(now - 23 * HOUR);
   const monthFrom = `${today.slice(0, 8)}01`;
   const d7 = dayOf(now - 6 * DAY);
@@ -229,7 +251,7 @@ export async function computeSummary(d: SummaryDeps): Promise<T.Summary> {
   const D_DIMS = ['all', 'endpoint', 'outcome', 'status', 'profile', 'pmodel', 'tier', 'auto', 'degradation', 'route', 'provider'];
   const H_DIMS = ['all', 'endpoint', 'outcome', 'status', 'provider'];
   // Each window summed by the store: a few hundred rows back, whatever the request count.
-  const [hRows, hSeries, dToday, d7Rows, dMonth, dSeries, hHist, todayHist, d7Hist, monthHist, topSessions, sessionHours, endUsersToday, endUsersPrior, tools, runs, runHist, authToday, authTop, audit, bursts, recent, snaps] = await Promise.all([
+  const [hRows, hSeries, dToday, d7Rows, dMonth, dSeries, hHist, todayHist, d7Hist, monthHist, topSessions, sessionHours, endUsersToday, endUsersPrior, tools, runs, runHist, authToday, authTop, audit, bursts, recent, snaps, hourRows, hourHist] = await Promise.all([
     store.boardSums({ grain: 'h', dims: H_DIMS, from: h24, to: hourNow }),
     store.boardSums({ grain: 'h', dims: ['all'], from: h24, to: hourNow, byBucket: true }),
     store.boardSums({ grain: 'd', dims: D_DIMS, from: today, to: today }),
@@ -254,7 +276,10 @@ export async function computeSummary(d: SummaryDeps): Promise<T.Summary> {
     store.boardAuditSince(hourAgo, 10),
     store.boardRecent(hourAgo, RECENT_LIMIT),
     store.latestUsageSnapshots(),
+    store.boardSums({ grain: 'h', dims: ['profile', 'limited', 'provider', 'session'], from: hourPrev, to: hourNow, byBucket: true }),
+    store.boardHist({ grain: 'h', dims: ['provider'], from: hourPrev, to: hourNow }),
   ]);
+  const hour = lastHour(hourRows, hourNow, now);
 
   // spend
   const profileNames = [...new Set([...d.config.profiles.keys(), ...dMonth.filter((r) => r.dim === 'profile').map((r) => r.key)])].sort();
@@ -263,7 +288,7 @@ export async function computeSummary(d: SummaryDeps): Promise<T.Summary> {
   const snapOf = new Map(snaps.map((s) => [s.profile, s]));
   const spendProfiles = profileNames.map((p, i) => {
     const rollup = { day: spendOf(dToday, p), month: spendOf(dMonth, p) };
-    const burn = recent.reduce((a, r) => (r.profile === p ? a + r.cost_usd : a), 0);
+    const burn = hour.sum('profile', p, 'cost_usd');
     return spendProfile(d, p, states[i], rollup, burn, snapOf.get(p), now);
   });
 
@@ -282,19 +307,6 @@ export async function computeSummary(d: SummaryDeps): Promise<T.Summary> {
 
   // sessions and anomalies' inputs
   const tierStats = group(d7Rows, (r) => (r.dim === 'tier' ? r.key : undefined));
-  const lastHour = new Map<string, { requests: number; errors: number; rate_limited: number }>();
-  const provHour = new Map<string, { requests: number; ttfb: number[] }>();
-  for (const r of recent) {
-    const p = lastHour.get(r.profile) ?? { requests: 0, errors: 0, rate_limited: 0 };
-    p.requests += 1;
-    if (r.outcome === 'upstream_error' || r.outcome === 'gateway_error') p.errors += 1;
-    if (r.status === 429) p.rate_limited += 1;
-    lastHour.set(r.profile, p);
-    const prov = provHour.get(r.provider ?? 'unknown') ?? { requests: 0, ttfb: [] };
-    prov.requests += 1;
-    if (r.ttfb_ms !== null) prov.ttfb.push(r.ttfb_ms);
-    provHour.set(r.provider ?? 'unknown', prov);
-  }
   const sessionsByKey = new Map<string, BoardSum[]>();
   for (const r of sessionHours) {
     if (!sessionsByKey.has(r.key)) sessionsByKey.set(r.key, []);
@@ -310,8 +322,14 @@ export async function computeSummary(d: SummaryDeps): Promise<T.Summary> {
       const [profile, session, endUser] = k.split(SEP);
       return { profile, subject: session || endUser, hour_usd: rows.find((r) => r.bucket === hourNow)!.cost_usd, earlier_hours_usd: rows.filter((r) => r.bucket < hourNow).map((r) => r.cost_usd) };
     }),
-    profilesLastHour: [...lastHour].map(([profile, s]) => ({ profile, ...s })),
-    providers: [...provHour].map(([provider, v]) => ({ provider, requests_last_hour: v.requests, p95_last_hour: exact(v.ttfb), p95_7d: hist(d7Hist, 'provider', provider, 't').p95 })),
+    profilesLastHour: hour.keys('profile').map((profile) => ({
+      profile, requests: Math.round(hour.sum('profile', profile, 'requests')), errors: Math.round(hour.sum('profile', profile, 'errors')),
+      rate_limited: Math.round(hour.sum('limited', profile, 'requests')),
+    })),
+    providers: hour.keys('provider').map((provider) => ({
+      provider, requests_last_hour: Math.round(hour.sum('provider', provider, 'requests')),
+      p95_last_hour: hist(hourHist, 'provider', provider, 't').p95, p95_7d: hist(d7Hist, 'provider', provider, 't').p95,
+    })),
     costly: recent.map((r) => {
       const tier = r.tier ?? 'none';
       const s = tierStats.get(tier);
@@ -356,7 +374,7 @@ export async function computeSummary(d: SummaryDeps): Promise<T.Summary> {
       rollups: d.maintenance(),
     },
     sessions: {
-      active: activeSessions(recent),
+      active: activeSessions(hourRows, hourAgo),
       top_today: topSessions.map((r) => sessionRow(r.key, r, r.note)),
     },
     anomalies: anomalies(input),

@@ -116,6 +116,8 @@ function targets(row: RequestRow): Target[] {
     [D, 'route', [tier, row.degradation, row.requested_model ?? '', row.model ?? ''].join(SEP)],
   ];
   if (row.requested_model === AUTO_MODEL) out.push([D, 'auto', tier]);
+  // The board's last-hour 429 count per profile (its rate_limited_burst anomaly).
+  if (row.status === 429) out.push([['h'], 'limited', row.profile]);
   if (row.degradation !== 'none') out.push([D, 'degradation', row.degradation]);
   if (row.session !== null || row.end_user !== null) {
     out.push([HD, 'session', [row.profile, row.session ?? '', row.end_user ?? ''].join(SEP), tier]);

@@ -104,10 +104,12 @@ for (const kind of ['sqlite', 'postgres'] as const) {
 
     const s = await computeSummary(deps);
     const dev = s.spend.profiles.find((p) => p.profile === 'dev')!;
-    t.match(dev, { day_usd: 0.601, month_usd: 2.601, daily_budget_usd: 5, monthly_budget_usd: 60, degradation: 'none', blocked: false, burn_rate_usd_per_hour: 0.5,
+    t.match(dev, { day_usd: 0.601, month_usd: 2.601, daily_budget_usd: 5, monthly_budget_usd: 60, degradation: 'none', blocked: false,
       router_day_usd: 0.5, ledger_day_usd: 0.601, drift_usd: 0.101, drifted: true, snapshot_at: '2025-03-10T12:25:00.000Z', month_reset: '2025-04-01T00:00:00.000Z' });
     t.ok(Math.abs(dev.percent - 12.02) < 1e-6, `percent ${dev.percent}`);
-    t.equal(dev.projected_exhaustion, new Date(NOW + (4.399 / 0.5) * 3_600_000).toISOString(), 'the daily budget runs out at the last hour\'s pace');
+    // The last hour at 12:30: 12:00–12:30 whole (0.5 at 12:10) and half of 11:00–12:00 (0.1 at 11:00).
+    t.ok(Math.abs(dev.burn_rate_usd_per_hour - 0.55) < 1e-9, `burn rate ${dev.burn_rate_usd_per_hour}`);
+    t.equal(dev.projected_exhaustion, new Date(NOW + (4.399 / 0.55) * 3_600_000).toISOString(), 'the daily budget runs out at the last hour\'s pace');
 
     t.match(s.requests.today, { total: 4, errors: 1, by_endpoint: { messages: 1, chat: 3 }, by_outcome: { ok: 3, upstream_error: 1 }, by_status_class: { '2xx': 3, '5xx': 1 } });
     t.equal(s.requests.month.total, 5);
@@ -156,5 +158,35 @@ for (const kind of ['sqlite', 'postgres'] as const) {
     t.match(s.benchmark_runs, [{ run: 'run-1', requests: 1, input_tokens: 1000, cost_usd: 0.5, first_seen: '2025-03-10T12:10:00.000Z', last_seen: '2025-03-10T12:10:00.000Z' }]);
     near(t, s.benchmark_runs[0].duration_ms.p50, 2000, 'run duration p50');
     t.notMatch(JSON.stringify(s), /sluice_dev_…abcd/, 'no request key prefix in the summary');
+  });
+}
+
+for (const kind of ['sqlite', 'postgres'] as const) {
+  t.test(`${kind}: a busy hour is read from the rollups, and the raw rows read stay bounded`, async (t) => {
+    const { store, deps } = await setup(t, kind);
+    // 1,500 requests since 12:00 (more than the raw window), 300 of them 429s and 200 failures,
+    // with one expensive request among the oldest, and 400 in the previous hour.
+    const busy: RequestRow[] = [];
+    for (let i = 0; i < 1500; i++) {
+      const ts = new Date(Date.parse('2025-03-10T12:00:00.000Z') + i * 1000).toISOString();
+      const status = i % 5 === 0 ? 429 : i % 15 === 1 ? 502 : 200;
+      busy.push(row({ ts, tier: 'fast', provider: 'Google', cost_usd: i === 3 ? 0.9 : 0.001, status, outcome: status === 200 ? 'ok' : 'upstream_error',
+        ttfb_ms: 200, session: i % 2 ? 'busy-session' : null, end_user: null }));
+    }
+    for (let i = 0; i < 400; i++) busy.push(row({ ts: new Date(Date.parse('2025-03-10T11:00:00.000Z') + i * 1000).toISOString(), provider: 'Google', cost_usd: 0.002, ttfb_ms: 5000 }));
+    await store.insertRequests(busy);
+    const reads: number[] = [];
+    const recent = store.boardRecent.bind(store);
+    deps.store = Object.assign(Object.create(store), { boardRecent: (since: string, limit: number) => (reads.push(limit), recent(since, limit)) });
+    const s = await computeSummary(deps);
+    t.ok(reads.length === 1 && reads[0] <= 1000, `one raw read of at most 1,000 rows (${reads})`);
+    const dev = s.spend.profiles.find((p) => p.profile === 'dev')!;
+    // 12:00–12:30 whole: 1,499 × 0.001 + 0.9; half of 11:00–12:00: 400 × 0.002 / 2.
+    t.ok(Math.abs(dev.burn_rate_usd_per_hour - (1.499 + 0.9 + 0.4)) < 1e-9, `burn ${dev.burn_rate_usd_per_hour}`);
+    const kinds = s.anomalies.map((a) => `${a.kind}:${a.subject}`);
+    t.ok(kinds.includes('rate_limited_burst:dev'), 'the 300 429s of the hour, from the rollups');
+    t.match(s.anomalies.find((a) => a.kind === 'rate_limited_burst'), { value: 300 });
+    t.ok(kinds.includes('error_burst:dev'), 'failures counted over the whole hour, not a window of rows');
+    t.strictSame(s.sessions.active.map((x) => [x.session, x.requests, x.tier, x.last_seen]), [['busy-session', 750, 'fast', '2025-03-10T12:24:59.000Z']]);
   });
 }

@@ -58,7 +58,7 @@ const GRAINS: Array<[BoardGrain, string, string]> = [['h', '0000', '9999'], ['d'
 async function snapshot(store: Store): Promise<Map<string, string>> {
   const out = new Map<string, string>();
   for (const [grain, from, to] of GRAINS) {
-    const dims = ['all', 'endpoint', 'outcome', 'status', 'profile', 'provider', 'pmodel', 'tier', 'route', 'auto', 'degradation', 'session', 'end_user', 'run', 'tool', 'auth_outcome', 'auth_ip'];
+    const dims = ['all', 'endpoint', 'outcome', 'status', 'profile', 'provider', 'pmodel', 'tier', 'route', 'auto', 'degradation', 'session', 'end_user', 'run', 'tool', 'auth_outcome', 'auth_ip', 'limited'];
     for (const r of await store.boardSums({ grain, dims, from, to, byBucket: true })) {
       out.set(`${grain}${SEP}${r.dim}${SEP}${r.bucket}${SEP}${r.key}`, JSON.stringify([r.requests, r.errors, r.input_tokens, r.output_tokens, r.cache_read_tokens, r.cache_write_tokens, r.reasoning_tokens, r.cost_usd.toFixed(9), r.first_ts, r.last_ts, r.note]));
     }
