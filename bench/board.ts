@@ -1,8 +1,9 @@
-// `npm run bench:board [-- --rows 1000000,10000000 --store sqlite|postgres|both --requests 20]`:
-// seeds N request rows into a 0.3.0-shaped store (bulk SQL, spread over 35 days, several
-// profiles, tiers, models, sessions, tools and runs), upgrades it and builds the rollups with the
-// store's own backfill (the same aggregation the write path uses), then times `GET /api/summary`
-// (and `GET /` when the page is registered) on a real running gateway. Prints a Markdown table.
+// `npm run bench:board [-- --rows 1000000,10000000 --store sqlite|postgres|both --shape spread|busy|both --requests 20]`:
+// seeds N request rows into a 0.3.0-shaped store (bulk SQL, several profiles, tiers, models,
+// sessions, tools and runs; `spread`: over 35 days; `busy`: the same with a tenth of them in the
+// last hour), upgrades it and builds the rollups with the store's own backfill (the same
+// aggregation the write path uses; its rows/s is reported), then times `GET /api/summary` (and
+// `GET /` when the page is registered) on a real running gateway. Prints a Markdown table.
 // Removes every temporary directory and database it made, on error too.
 
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -11,6 +12,7 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { Writable } from 'node:stream';
 import postgres from 'postgres';
+import { BACKFILL_SLICE } from '../lib/board/retention.ts';
 import { loadConfig } from '../lib/config.ts';
 import { MemoryCounters } from '../lib/counters/memory.ts';
 import { createLogger } from '../lib/log.ts';
@@ -28,8 +30,11 @@ function option(name: string): string | undefined {
 const ROWS = (option('rows') ?? '1000000').split(',').map((s) => Number(s.trim()));
 const STORES = (option('store') ?? 'both') === 'both' ? ['sqlite', 'postgres'] : [option('store')!];
 const REQUESTS = Number(option('requests') ?? 20);
-if (ROWS.some((n) => !Number.isInteger(n) || n < 1) || STORES.some((s) => s !== 'sqlite' && s !== 'postgres') || !(REQUESTS >= 1)) {
-  console.error('usage: npm run bench:board -- [--rows N[,N…]] [--store sqlite|postgres|both] [--requests K]');
+type Shape = 'spread' | 'busy';
+const SHAPES: Shape[] = (option('shape') ?? 'both') === 'both' ? ['spread', 'busy'] : [option('shape') as Shape];
+if (ROWS.some((n) => !Number.isInteger(n) || n < 1) || STORES.some((s) => s !== 'sqlite' && s !== 'postgres') || !(REQUESTS >= 1)
+  || SHAPES.some((s) => s !== 'spread' && s !== 'busy')) {
+  console.error('usage: npm run bench:board -- [--rows N[,N…]] [--store sqlite|postgres|both] [--shape spread|busy|both] [--requests K]');
   process.exit(2);
 }
 
@@ -59,13 +64,19 @@ function select(mod: (a: string, b: number) => string, cat: (...p: string[]) => 
     CASE WHEN ${mod('q', 7)} = 0 THEN '["Bash","Read"]' WHEN ${mod('q', 7)} = 1 THEN '["get_weather"]' ELSE '[]' END`;
 }
 
-export async function seedSqlite(dir: string, n: number, now: number): Promise<void> {
+/** How far back a row lies (ms): spread over 35 days, or (busy) every tenth row in the last hour. */
+function agoExpr(shape: Shape, mod: (a: string, b: number) => string): string {
+  const spread = mod('q', 35 * DAY_MS);
+  return shape === 'spread' ? spread : `CASE WHEN ${mod('i', 10)} = 0 THEN ${mod('q', 3_600_000)} ELSE ${spread} END`;
+}
+
+export async function seedSqlite(dir: string, n: number, now: number, shape: Shape = 'spread'): Promise<void> {
   const db = new DatabaseSync(join(dir, 'sluice.db'));
   db.exec('PRAGMA journal_mode = WAL');
   db.exec(parseMigrations(readFileSync(new URL('lib/store/sqlite-schema.sql', ROOT), 'utf8'))[0].sql);
   const mod = (a: string, b: number) => `(${a} % ${b})`;
   const cat = (...p: string[]) => p.join(' || ');
-  const ts = `strftime('%Y-%m-%dT%H:%M:%fZ', (${now} - (q % ${35 * DAY_MS})) / 1000.0, 'unixepoch')`;
+  const ts = `strftime('%Y-%m-%dT%H:%M:%fZ', (${now} - ${agoExpr(shape, mod)}) / 1000.0, 'unixepoch')`;
   const chunk = 500_000;
   for (let from = 1; from <= n; from += chunk) {
     const to = Math.min(n, from + chunk - 1);
@@ -77,13 +88,13 @@ export async function seedSqlite(dir: string, n: number, now: number): Promise<v
   db.close();
 }
 
-export async function seedPostgres(url: string, n: number, now: number): Promise<void> {
+export async function seedPostgres(url: string, n: number, now: number, shape: Shape = 'spread'): Promise<void> {
   const sql = postgres(url, { max: 1, onnotice: () => {} });
   try {
     await sql.unsafe(parseMigrations(readFileSync(new URL('schema.sql', ROOT), 'utf8'))[0].sql);
     const mod = (a: string, b: number) => `(${a} % ${b})`;
     const cat = (...p: string[]) => `(${p.join(' || ')})`;
-    const ts = `to_timestamp((${now} - (q % ${35 * DAY_MS}))::float8 / 1000)`;
+    const ts = `to_timestamp((${now} - ${agoExpr(shape, mod)})::float8 / 1000)`;
     const chunk = 1_000_000;
     for (let from = 1; from <= n; from += chunk) {
       const to = Math.min(n, from + chunk - 1);
@@ -114,7 +125,7 @@ async function time(url: string, k: number): Promise<{ p50: number; max: number;
   return { p50: pct(runs, 0.5), max: Math.max(...runs), bytes };
 }
 
-async function run(kind: string, n: number): Promise<string> {
+async function run(kind: string, n: number, shape: Shape): Promise<string> {
   const dir = mkdtempSync(join(tmpdir(), 'sluice-bench-board-'));
   const dbName = `sluice_bench_${process.pid}_${n}`;
   const admin = postgres(PG_ADMIN_URL, { max: 1, onnotice: () => {} });
@@ -126,13 +137,13 @@ async function run(kind: string, n: number): Promise<string> {
     if (kind === 'postgres') {
       await admin.unsafe(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
       await admin.unsafe(`CREATE DATABASE ${dbName}`);
-      await seedPostgres(url.toString(), n, now);
-    } else await seedSqlite(dir, n, now);
+      await seedPostgres(url.toString(), n, now, shape);
+    } else await seedSqlite(dir, n, now, shape);
     const seedS = (performance.now() - t0) / 1000;
     t0 = performance.now();
     const store = await openStore(kind === 'postgres' ? { databaseUrl: url.toString(), dataDir: dir } : { dataDir: dir });
     let done = false;
-    while (!done) done = (await store.backfillRollups(20_000)).done;
+    while (!done) done = (await store.backfillRollups(BACKFILL_SLICE)).done;
     // A running server checkpoints as it writes; the seed's bulk WAL is checkpointed once here so
     // the timings below measure the board, not a one-time fsync of gigabytes.
     if (kind === 'sqlite') {
@@ -150,7 +161,8 @@ async function run(kind: string, n: number): Promise<string> {
       const summary = await time(`${base}/api/summary`, REQUESTS);
       const page = (await fetch(`${base}/`)).status === 200 ? await time(`${base}/`, REQUESTS) : undefined;
       const f = (x: number) => x.toFixed(1);
-      return `| ${kind} | ${n.toLocaleString('en')} | ${f(seedS)} s | ${f(rollupS)} s | ${f(summary.p50)} ms | ${f(summary.max)} ms | ${page ? `${f(page.p50)} ms | ${f(page.max)} ms` : '– | –'} |`;
+      const rate = Math.round(n / rollupS).toLocaleString('en');
+      return `| ${kind} | ${n.toLocaleString('en')} | ${shape} | ${f(seedS)} s | ${f(rollupS)} s (${rate} rows/s) | ${f(summary.p50)} ms | ${f(summary.max)} ms | ${page ? `${f(page.p50)} ms | ${f(page.max)} ms` : '– | –'} |`;
     } finally {
       await gateway.close(1000);
       await counters.close();
@@ -163,8 +175,8 @@ async function run(kind: string, n: number): Promise<string> {
 }
 
 if (process.argv[1]?.endsWith('board.ts')) {
-  console.log(`${REQUESTS} sequential requests each, after one warm-up; rows spread over 35 days.\n`);
-  console.log('| store | request rows | seed | rollups built | /api/summary p50 | max | / p50 | max |');
-  console.log('|---|---:|---:|---:|---:|---:|---:|---:|');
-  for (const n of ROWS) for (const kind of STORES) console.log(await run(kind, n));
+  console.log(`${REQUESTS} sequential requests each, after one warm-up; spread: rows over 35 days; busy: the same with a tenth of them in the last hour.\n`);
+  console.log('| store | request rows | shape | seed | rollups built (backfill) | /api/summary p50 | max | / p50 | max |');
+  console.log('|---|---:|---|---:|---:|---:|---:|---:|---:|');
+  for (const n of ROWS) for (const shape of SHAPES) for (const kind of STORES) console.log(await run(kind, n, shape));
 }
