@@ -30,7 +30,10 @@ function statements(db: DatabaseSync) {
     rowById: db.prepare('SELECT rowid AS rid, * FROM requests WHERE id = ?'),
     state: db.prepare('SELECT value FROM board_state WHERE name = ?'),
     setState: db.prepare('UPDATE board_state SET value = ? WHERE name = ?'),
-    requestsAfter: db.prepare('SELECT rowid AS rid, * FROM requests WHERE rowid > ? AND rowid <= ? ORDER BY rowid LIMIT ?'),
+    // The backfill walks the rows to roll up in time order (the ts index): a slice covers a stretch
+    // of hours, so its rows share rollup rows and it upserts hundreds, not a row's worth each.
+    requestsByTs: db.prepare('SELECT rowid AS rid, * FROM requests INDEXED BY requests_ts WHERE rowid > ? AND rowid <= ? AND (ts, rowid) > (?, ?) ORDER BY ts, rowid LIMIT ?'),
+    seedTsCursor: db.prepare(`INSERT OR IGNORE INTO board_state (name, value) VALUES ('requests_ts_cursor', '["",0]')`),
     auditAfter: db.prepare('SELECT id, ts, ip, prefix, outcome FROM auth_audit WHERE id > ? AND id <= ? ORDER BY id LIMIT ?'),
     prune: db.prepare('DELETE FROM requests WHERE rowid IN (SELECT rowid FROM requests WHERE ts < ? ORDER BY ts LIMIT ?)'),
     recent: db.prepare(
@@ -78,6 +81,22 @@ function mark(s: Stmts, name: string): number {
 }
 
 /**
+ * Where the backfill stands: rows with rowid in (from, upto] are rolled up in (ts, rowid) order,
+ * and `at` is the last one done. `from` is the rowid cursor of an earlier version's backfill
+ * (rows up to it were counted in rowid order); it no longer moves.
+ */
+function backfillPosition(s: Stmts): { from: number; upto: number; at: [string, number] } {
+  const at = JSON.parse(((s.state.get('requests_ts_cursor') as Raw | undefined)?.value as string | undefined) ?? '["",0]') as [string, number];
+  return { from: mark(s, 'requests_cursor'), upto: mark(s, 'requests_upto'), at };
+}
+
+/** Whether the backfill has yet to reach a row (it will count the row's cost as it then is). */
+function notReached(s: Stmts, rid: number, ts: string): boolean {
+  const p = backfillPosition(s);
+  return rid > p.from && rid <= p.upto && (ts > p.at[0] || (ts === p.at[0] && rid > p.at[1]));
+}
+
+/**
  * A request's cost changed by `deltaUsd` (a reconciled cost replacing an estimate): the rollups
  * follow. Call inside the transaction that changed the row. A row the backfill has yet to reach is
  * left alone (the backfill will read its new cost).
@@ -86,8 +105,7 @@ export function adjustRollupCostSqlite(db: DatabaseSync, id: string, deltaUsd: n
   const s = stmts(db);
   const raw = s.rowById.get(id) as Raw | undefined;
   if (!raw || deltaUsd === 0) return;
-  const rid = Number(raw.rid);
-  if (rid > mark(s, 'requests_cursor') && rid <= mark(s, 'requests_upto')) return;
+  if (notReached(s, Number(raw.rid), raw.ts as string)) return;
   for (const r of costDeltas(sqliteRequestRow(raw), deltaUsd)) s.addCost.run(deltaUsd, r.grain, r.dim, r.bucket, r.key);
 }
 
@@ -113,6 +131,7 @@ function toSum(raw: Raw): BoardSum {
 
 export function sqliteBoard(db: DatabaseSync): BoardStore {
   const s = stmts(db);
+  s.seedTsCursor.run();
   const prepared = new Map<string, StatementSync>();
   const prep = (sql: string) => {
     let st = prepared.get(sql);
@@ -186,12 +205,13 @@ export function sqliteBoard(db: DatabaseSync): BoardStore {
     async backfillRollups(limit) {
       return transaction(() => {
         let rows = 0;
-        const reqCursor = mark(s, 'requests_cursor');
-        const reqUpto = mark(s, 'requests_upto');
-        if (reqCursor < reqUpto) {
-          const raws = s.requestsAfter.all(reqCursor, reqUpto, limit) as Raw[];
+        const p = backfillPosition(s);
+        if (p.from < p.upto) {
+          const raws = s.requestsByTs.all(p.from, p.upto, p.at[0], p.at[1], limit) as Raw[];
           apply(s, requestDeltas(raws.map(sqliteRequestRow)));
-          s.setState.run(String(raws.length > 0 ? Number(raws[raws.length - 1].rid) : reqUpto), 'requests_cursor');
+          if (raws.length > 0) s.setState.run(JSON.stringify([raws[raws.length - 1].ts, Number(raws[raws.length - 1].rid)]), 'requests_ts_cursor');
+          // The last slice: the legacy cursor jumps to the end, which is what "done" reads.
+          if (raws.length < limit) s.setState.run(String(p.upto), 'requests_cursor');
           rows += raws.length;
         }
         const auditCursor = mark(s, 'audit_cursor');

@@ -7,9 +7,9 @@ import { DatabaseSync } from 'node:sqlite';
 import t, { type Test } from 'tap';
 import { parseMigrations } from '../../lib/store/migrations.ts';
 import { openStore } from '../../lib/store/open.ts';
-import { adjustRollupCostSqlite } from '../../lib/store/sqlite-board.ts';
+import { adjustRollupCostSqlite, rollUpRequestsSqlite } from '../../lib/store/sqlite-board.ts';
 import type { RequestRow } from '../../lib/store/store.ts';
-import { storeBoardContract } from './store-board.contract.ts';
+import { rows, storeBoardContract } from './store-board.contract.ts';
 
 const dirs = new WeakMap<Test, string>();
 const dirOf = (t: Test) => {
@@ -48,4 +48,32 @@ storeBoardContract(t, {
   async rawIds(t) {
     return raw(t).prepare('SELECT id FROM requests').all().map((r) => r.id as string);
   },
+});
+
+t.test('a backfill an earlier version left half done (its rowid cursor) is finished in time order, counting no row twice', async (t) => {
+  const old = rows(120, 21);
+  const db = raw(t);
+  db.exec(parseMigrations(readFileSync(new URL('../../lib/store/sqlite-schema.sql', import.meta.url), 'utf8'))[0].sql);
+  const ins = db.prepare(`INSERT INTO requests (${COLUMNS.join(', ')}) VALUES (${COLUMNS.map(() => '?').join(', ')})`);
+  for (const r of old) ins.run(...COLUMNS.map((c) => (c === 'stream' ? Number(r.stream) : c === 'tools' ? JSON.stringify(r.tools) : (r as any)[c] as RequestRow['id'])));
+  const store = await openStore({ dataDir: dirOf(t) });
+  t.teardown(() => store.close());
+  // What 0.3.3 would have done before stopping: rows 1..50 in rowid order rolled up, its cursor at 50.
+  const earlier = old.slice(0, 50);
+  db.exec('BEGIN IMMEDIATE');
+  rollUpRequestsSqlite(db, earlier);
+  db.prepare("UPDATE board_state SET value = '50' WHERE name = 'requests_cursor'").run();
+  db.exec('COMMIT');
+  let read = 0;
+  for (;;) {
+    const r = await store.backfillRollups(16);
+    read += r.rows;
+    if (r.done) break;
+  }
+  t.equal(read, 70, 'only the rows after the old cursor are read');
+  const all = await store.boardSums({ grain: 'a', dims: ['run'], from: '', to: '' });
+  const day = await store.boardSums({ grain: 'd', dims: ['all'], from: '0000', to: '9999' });
+  t.equal(day.reduce((n, r) => n + r.requests, 0), 120, 'every row counted once');
+  t.ok(all.length > 0, 'run totals too');
+  t.ok(Math.abs(day.reduce((n, r) => n + r.cost_usd, 0) - old.reduce((n, r) => n + r.cost_usd, 0)) < 1e-9, 'and every cost');
 });
