@@ -48,6 +48,22 @@ const RESPONSES_USAGE: UsageNames = { input: 'input_tokens', inDetails: 'input_t
 
 const MAX_JSON_BYTES = 16 * 1024 * 1024;
 
+/**
+ * Bytes that mark a chunk worth parsing once a chat stream's first chunk is read (the same test
+ * onEvent makes on each event's data), and the events a messages stream's row needs. A chunk of
+ * whole events with none of them is skipped without being decoded: a text delta costs one search.
+ */
+const CHAT_MARKERS = ['"usage"', '"tool_calls"', '"error"'].map((m) => Buffer.from(m));
+const MESSAGES_MARKERS = ['message_start', 'message_delta', 'content_block_start', 'error'].map((m) => Buffer.from(m));
+
+/** Whether a chunk ends an event (a blank line: LF LF, CRLF CRLF or CR CR). */
+function endsEvent(c: Buffer): boolean {
+  const n = c.length;
+  const last = c[n - 1];
+  if (last === 0x0a) return c[n - 2] === 0x0a || (c[n - 2] === 0x0d && c[n - 3] === 0x0a);
+  return last === 0x0d && c[n - 2] === 0x0d;
+}
+
 function n(v: unknown): number {
   return typeof v === 'number' && Number.isFinite(v) && v > 0 ? v : 0;
 }
@@ -63,6 +79,8 @@ export class UsageTap {
   private chunks: Buffer[] | null = null;
   private size = 0;
   private broken = false;
+  /** The parser holds no part of an event: the last chunk fed to it ended one. */
+  private aligned = true;
   /** Responses events seen: the next `sequence_number` of a stream numbered from 0, for an error sluice appends. */
   responseEvents = 0;
 
@@ -76,8 +94,11 @@ export class UsageTap {
   write(chunk: Buffer): void {
     if (this.broken) return;
     try {
-      if (this.parser) this.parser.feed(this.decoder.decode(chunk, { stream: true }));
-      else if (this.chunks) {
+      if (this.parser) {
+        if (this.aligned && this.skippable(chunk)) return;
+        this.parser.feed(this.decoder.decode(chunk, { stream: true }));
+        this.aligned = endsEvent(chunk);
+      } else if (this.chunks) {
         this.size += chunk.length;
         if (this.size > MAX_JSON_BYTES) this.chunks = null;
         else this.chunks.push(chunk);
@@ -85,6 +106,17 @@ export class UsageTap {
     } catch {
       this.broken = true;
     }
+  }
+
+  /**
+   * A chunk of whole events none of which the row needs (chat after its first chunk, messages).
+   * Responses streams are always parsed: their events are counted for an error sluice may append.
+   */
+  private skippable(chunk: Buffer): boolean {
+    const markers = this.dialect === 'chat' ? (this.usage.generation_id !== null ? CHAT_MARKERS : undefined) : this.dialect === 'messages' ? MESSAGES_MARKERS : undefined;
+    if (!markers || !endsEvent(chunk)) return false;
+    for (const m of markers) if (chunk.indexOf(m) !== -1) return false;
+    return true;
   }
 
   /** The usage read so far; for a JSON body, parses it now. Never throws. */
