@@ -3,7 +3,7 @@
 // and its main thread), the event-loop probe's marks and failures counted.
 
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import type { LoadJob, LoadResult } from './load.ts';
 import type { Loader } from './procs.ts';
@@ -24,6 +24,37 @@ function cpuUs(pid: number, thread?: number): { user: number; sys: number } {
   const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   // Fields after the command name start at field 3 (state); utime is field 14, stime field 15.
   return { user: (Number(rest[11]) * 1e6) / CLK_TCK, sys: (Number(rest[12]) * 1e6) / CLK_TCK };
+}
+
+/** Which part of the process a thread is, by its name (/proc/<pid>/task/<tid>/comm). */
+function threadKind(pid: number, tid: string, name: string): string {
+  if (tid === String(pid)) return 'main';
+  if (name.startsWith('V8') || name.startsWith('DelayedTask')) return 'V8 helpers';
+  if (name === 'WorkerThread') return 'store thread';
+  return 'other';
+}
+
+/** CPU µs of each kind of thread (main, V8 helpers: GC and compiler, the SQLite store thread, other). */
+function threadsUs(pid: number): Map<string, number> {
+  const out = new Map<string, number>();
+  let tids: string[] = [];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return out;
+  }
+  for (const tid of tids) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const kind = threadKind(pid, tid, name);
+      out.set(kind, (out.get(kind) ?? 0) + ((Number(rest[11]) + Number(rest[12])) * 1e6) / CLK_TCK);
+    } catch {
+      // the thread ended between the listing and the read
+    }
+  }
+  return out;
 }
 
 /** Peak resident set size (VmHWM) in MiB. */
@@ -113,6 +144,8 @@ export interface Measure {
   cpuSys: number;
   /** The main thread's (the event loop's) part of `cpu`. */
   cpuMain: number;
+  /** `cpu` by kind of thread: main, V8 helpers (GC, compiler), store thread, other. */
+  cpuThreads: Map<string, number>;
   /** CPU µs per request of the sim process during the same slices (the sim is behind every target). */
   simCpu: number;
   loadCpu: number;
@@ -144,7 +177,7 @@ function median(xs: number[]): number {
 export async function measureScenario(load: LoadClient, sim: Server, targets: Target[], s: Scenario): Promise<Map<string, Measure>> {
   const sliceMs = (SECONDS * 1000) / ROUNDS;
   const acc = new Map(targets.map((t) => [t.name, {
-    rps: [] as number[], n: 0, user: 0, sys: 0, main: 0, sim: 0, load: 0, failures: 0,
+    rps: [] as number[], n: 0, user: 0, sys: 0, main: 0, sim: 0, load: 0, failures: 0, threads: new Map<string, number>(),
     samples: new Map<number, number[]>(LATENCY_RATES.map((r) => [r, []])), eld: [] as EldMark[],
   }]));
   const tally = (t: Target, r: LoadResult, what: string) => {
@@ -165,6 +198,7 @@ export async function measureScenario(load: LoadClient, sim: Server, targets: Ta
       const a = acc.get(t.name)!;
       const c0 = cpuUs(t.server.pid);
       const m0 = cpuUs(t.server.pid, t.server.pid);
+      const th0 = threadsUs(t.server.pid);
       const s0 = cpuUs(sim.pid);
       const l0 = cpuUs(load.pid);
       await eldMark(t);
@@ -172,6 +206,7 @@ export async function measureScenario(load: LoadClient, sim: Server, targets: Ta
       a.eld.push(...(await eldMark(t)));
       const c1 = cpuUs(t.server.pid);
       const m1 = cpuUs(t.server.pid, t.server.pid);
+      for (const [k, v] of threadsUs(t.server.pid)) a.threads.set(k, (a.threads.get(k) ?? 0) + v - (th0.get(k) ?? 0));
       const s1 = cpuUs(sim.pid);
       const l1 = cpuUs(load.pid);
       tally(t, r, 'throughput');
@@ -216,6 +251,7 @@ export async function measureScenario(load: LoadClient, sim: Server, targets: Ta
       } : undefined,
       failures: a.failures,
       cpu: (a.user + a.sys) / a.n, cpuSys: a.sys / a.n, cpuMain: a.main / a.n, simCpu: a.sim / a.n, loadCpu: a.load / a.n,
+      cpuThreads: new Map([...a.threads].map(([k, v]) => [k, v / a.n])),
     };
     const lat = [...lats].map(([rate, l]) => `@${rate} p50 ${l.p50.toFixed(2)} p99 ${l.p99.toFixed(2)}`).join('  ');
     log(`${t.label.padEnd(24)} ${s.title.padEnd(18)} ${m.rps.toFixed(0).padStart(6)} req/s (slices ${a.rps.map((x) => x.toFixed(0)).join(' ')})  ${lat} ms  cpu ${m.cpu.toFixed(0)} µs/req${m.eld ? `  loop delay p99 ${m.eld.p99.toFixed(1)} max ${m.eld.max.toFixed(1)} ms, longest GC pause ${m.eld.gcMax.toFixed(1)} ms (major ${m.eld.gcMajor.toFixed(1)}), V8 heap ≤ ${m.eld.heap.toFixed(0)} MiB` : ''}`);

@@ -3,7 +3,7 @@
 // body with the model sluice would resolve to; sluice gets what a client sends (`sluice/fast`,
 // `claude-sonnet-4-5`). Sizes are exact: the 2 KB chat body is 2048 bytes, the coding agent's ~300 KB.
 
-export type ScenarioName = 'chat-2k' | 'stream-20' | 'messages-300k';
+export type ScenarioName = 'chat-2k' | 'chat-2k-resolved' | 'stream-20' | 'messages-300k';
 
 export interface Scenario {
   name: ScenarioName;
@@ -158,6 +158,11 @@ export function scenarios(): Scenario[] {
     {
       name: 'chat-2k', title: '2 KB chat', dialect: 'chat', connections: 32, headers: json, stream: false,
       ...pair(chatBody('sluice/fast', false), TIER_FAST_MODEL),
+    },
+    {
+      // The same request naming the tier's model itself: what resolution and the splice cost is the difference.
+      name: 'chat-2k-resolved', title: '2 KB chat, model id', dialect: 'chat', connections: 32, headers: json, stream: false,
+      ...pair(chatBody(TIER_FAST_MODEL, false), TIER_FAST_MODEL),
     },
     {
       name: 'stream-20', title: '20-chunk stream', dialect: 'chat', connections: 32, headers: { ...json, 'x-sim': 'chunks=20' }, stream: true,
