@@ -11,7 +11,7 @@ import type { Catalog } from '../catalog.ts';
 import type { Config } from '../config.ts';
 import type { Counters } from '../counters/counters.ts';
 import type { BoardHistSum, BoardSum, Store, UsageSnapshot } from '../store/store.ts';
-import { anomalies, type AnomalyInput } from './anomalies.ts';
+import { anomalies, RULES, type AnomalyInput } from './anomalies.ts';
 import { AUTO_MODEL, percentiles, SEP, statusClass, ZERO_SUMS, type Sums } from '../store/rollups.ts';
 import type * as T from './types.ts';
 
@@ -158,24 +158,19 @@ function sessionRow(key: string, s: { requests: number; cost_usd: number; last_t
   return { profile, session: session || null, end_user: end_user || null, tier: tier || 'none', requests: s.requests, cost_usd: r6(s.cost_usd), last_seen: s.last_ts };
 }
 
-/** Sessions seen in the last hour, from the hourly rollups of this hour and the previous one; latest first. */
-function activeSessions(hourRows: BoardSum[], hourAgo: string): T.SessionRow[] {
-  const m = new Map<string, { requests: number; cost_usd: number; last_ts: string; tier: string }>();
-  for (const r of hourRows) {
-    if (r.dim !== 'session') continue;
-    const g = m.get(r.key);
-    if (!g) m.set(r.key, { requests: r.requests, cost_usd: r.cost_usd, last_ts: r.last_ts, tier: r.note || 'none' });
-    else {
-      g.requests += r.requests;
-      g.cost_usd += r.cost_usd;
-      if (r.last_ts > g.last_ts) {
-        g.last_ts = r.last_ts;
-        g.tier = r.note || 'none';
-      }
-    }
+/**
+ * The 50 sessions seen most recently, within the last 60 minutes, each with its requests and cost
+ * in the clock hour it was last seen (its newest hourly rollup row).
+ */
+function activeSessions(newest: BoardSum[], hourAgo: string): T.SessionRow[] {
+  const seen = new Set<string>();
+  const out: T.SessionRow[] = [];
+  for (const r of newest) { // newest first
+    if (r.last_ts < hourAgo || seen.has(r.key)) continue;
+    seen.add(r.key);
+    out.push(sessionRow(r.key, r, r.note || 'none'));
   }
-  return [...m].filter(([, g]) => g.last_ts >= hourAgo).map(([k, g]) => sessionRow(k, g, g.tier))
-    .sort((a, b) => (a.last_seen < b.last_seen ? 1 : -1)).slice(0, 50);
+  return out.slice(0, 50);
 }
 
 /**
@@ -251,7 +246,7 @@ export async function computeSummary(d: SummaryDeps): Promise<T.Summary> {
   const D_DIMS = ['all', 'endpoint', 'outcome', 'status', 'profile', 'pmodel', 'tier', 'auto', 'degradation', 'route', 'provider'];
   const H_DIMS = ['all', 'endpoint', 'outcome', 'status', 'provider'];
   // Each window summed by the store: a few hundred rows back, whatever the request count.
-  const [hRows, hSeries, dToday, d7Rows, dMonth, dSeries, hHist, todayHist, d7Hist, monthHist, topSessions, sessionHours, endUsersToday, endUsersPrior, tools, runs, runHist, authToday, authTop, audit, bursts, recent, snaps, hourRows, hourHist] = await Promise.all([
+  const [hRows, hSeries, dToday, d7Rows, dMonth, dSeries, hHist, todayHist, d7Hist, monthHist, topSessions, sessionHours, endUsersToday, endUsersPrior, tools, runs, runHist, authToday, authTop, audit, bursts, recent, snaps, hourRows, hourSessions, hourHist] = await Promise.all([
     store.boardSums({ grain: 'h', dims: H_DIMS, from: h24, to: hourNow }),
     store.boardSums({ grain: 'h', dims: ['all'], from: h24, to: hourNow, byBucket: true }),
     store.boardSums({ grain: 'd', dims: D_DIMS, from: today, to: today }),
@@ -262,9 +257,10 @@ export async function computeSummary(d: SummaryDeps): Promise<T.Summary> {
     store.boardHist({ grain: 'd', dims: ['all'], from: today, to: today }),
     store.boardHist({ grain: 'd', dims: ['all', 'provider'], from: d7, to: today }),
     store.boardHist({ grain: 'd', dims: ['all'], from: monthFrom, to: today }),
-    store.boardSums({ grain: 'd', dims: ['session'], from: today, to: today, order: 'cost_usd', limit: 10 }),
-    // Only the sessions active this hour are judged against their own earlier hours.
-    store.boardSums({ grain: 'h', dims: ['session'], from: todayHour0, to: hourNow, byBucket: true, activeIn: hourNow }),
+    // One bucket: its rows are the totals already (no grouping, whatever the number of sessions).
+    store.boardSums({ grain: 'd', dims: ['session'], from: today, to: today, byBucket: true, order: 'cost_usd', limit: 10 }),
+    // Only the sessions that spent enough this hour to be an anomaly are judged against their own earlier hours.
+    store.boardSums({ grain: 'h', dims: ['session'], from: todayHour0, to: hourNow, byBucket: true, activeIn: hourNow, activeMinUsd: RULES.sessionMinUsd }),
     store.boardSums({ grain: 'd', dims: ['end_user'], from: today, to: today }),
     store.boardSums({ grain: 'd', dims: ['end_user'], from: d8, to: dayOf(now - DAY) }),
     store.boardSums({ grain: 'd', dims: ['tool'], from: d30, to: today }),
@@ -276,7 +272,9 @@ export async function computeSummary(d: SummaryDeps): Promise<T.Summary> {
     store.boardAuditSince(hourAgo, 10),
     store.boardRecent(hourAgo, RECENT_LIMIT),
     store.latestUsageSnapshots(),
-    store.boardSums({ grain: 'h', dims: ['profile', 'limited', 'provider', 'session'], from: hourPrev, to: hourNow, byBucket: true }),
+    store.boardSums({ grain: 'h', dims: ['profile', 'limited', 'provider'], from: hourPrev, to: hourNow, byBucket: true }),
+    // The newest rows only, no grouping: the cost stays flat however many sessions the hour holds.
+    store.boardSums({ grain: 'h', dims: ['session'], from: hourPrev, to: hourNow, byBucket: true, order: 'last_ts', limit: 100 }),
     store.boardHist({ grain: 'h', dims: ['provider'], from: hourPrev, to: hourNow }),
   ]);
   const hour = lastHour(hourRows, hourNow, now);
@@ -374,7 +372,7 @@ export async function computeSummary(d: SummaryDeps): Promise<T.Summary> {
       rollups: d.maintenance(),
     },
     sessions: {
-      active: activeSessions(hourRows, hourAgo),
+      active: activeSessions(hourSessions, hourAgo),
       top_today: topSessions.map((r) => sessionRow(r.key, r, r.note)),
     },
     anomalies: anomalies(input),

@@ -136,8 +136,8 @@ export function postgresBoard(sql: postgres.Sql): BoardStore {
       const params: postgres.ParameterOrJSON<never>[] = [q.grain, q.dims, q.from, q.to];
       let where = 'FROM board_rollup WHERE grain = $1 AND dim = ANY($2::text[]) AND bucket >= $3 AND bucket <= $4';
       if (q.activeIn !== undefined) {
-        params.push(q.activeIn);
-        where += ` AND key IN (SELECT key FROM board_rollup WHERE grain = $1 AND dim = ANY($2::text[]) AND bucket = $${params.length})`;
+        params.push(q.activeIn, q.activeMinUsd ?? '-Infinity');
+        where += ` AND key IN (SELECT key FROM board_rollup WHERE grain = $1 AND dim = ANY($2::text[]) AND bucket = $${params.length - 1} AND cost_usd >= $${params.length}::float8)`;
       }
       if (q.limit !== undefined) params.push(q.limit);
       const limit = q.limit !== undefined ? ` LIMIT $${params.length}` : '';

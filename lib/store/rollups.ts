@@ -137,12 +137,22 @@ class Collector {
   readonly hist = new Map<string, HistDelta>();
 
   /** Adds sums seen between `first` and `last` (timestamps of one UTC hour). */
-  add(grain: Grain, first: string, last: string, dim: string, key: string, sums: Partial<Sums>, note = ''): void {
-    const bucket = bucketOf(grain, first);
-    const id = grain + SEP + bucket + SEP + dim + SEP + key;
-    let r = this.rollups.get(id);
-    if (!r) this.rollups.set(id, (r = { grain, bucket, dim, key, ...ZERO_SUMS, first_ts: first, last_ts: last, note }));
-    for (const k in sums) r[k as keyof Sums] += sums[k as keyof Sums]!;
+  add(grain: Grain, first: string, last: string, dim: string, key: string, sums: Sums, note = ''): void {
+    const bucket = grain === 'h' ? first.slice(0, 13) : grain === 'd' ? first.slice(0, 10) : '';
+    const id = `${grain}${bucket}${SEP}${dim}${SEP}${key}`;
+    const r = this.rollups.get(id);
+    if (!r) {
+      this.rollups.set(id, { grain, bucket, dim, key, ...sums, first_ts: first, last_ts: last, note });
+      return;
+    }
+    r.requests += sums.requests;
+    r.errors += sums.errors;
+    r.input_tokens += sums.input_tokens;
+    r.output_tokens += sums.output_tokens;
+    r.cache_read_tokens += sums.cache_read_tokens;
+    r.cache_write_tokens += sums.cache_write_tokens;
+    r.reasoning_tokens += sums.reasoning_tokens;
+    r.cost_usd += sums.cost_usd;
     if (first < r.first_ts) r.first_ts = first;
     if (last >= r.last_ts) {
       r.last_ts = last;
@@ -152,7 +162,7 @@ class Collector {
 
   addHist(grain: Grain, ts: string, dim: string, key: string, metric: Metric, idx: number, n: number): void {
     const bucket = bucketOf(grain, ts);
-    const id = grain + SEP + bucket + SEP + dim + SEP + key + SEP + metric + SEP + idx;
+    const id = `${grain}${bucket}${SEP}${dim}${SEP}${key}${SEP}${metric}${idx}`;
     const h = this.hist.get(id);
     if (h) h.n += n;
     else this.hist.set(id, { grain, bucket, dim, key, metric, idx, n });
@@ -244,7 +254,7 @@ export function requestDeltas(rows: Iterable<RequestRow>): Deltas {
       for (const [idx, n] of hist.t) c.addHist('a', first, 'run', row.run, 't', idx, n);
       for (const [idx, n] of hist.d) c.addHist('a', first, 'run', row.run, 'd', idx, n);
     }
-    if (g.tools) for (const [name, n] of g.tools) c.add('d', first, last, 'tool', `${row.profile}${SEP}${name}`, { requests: n });
+    if (g.tools) for (const [name, n] of g.tools) c.add('d', first, last, 'tool', `${row.profile}${SEP}${name}`, { ...ZERO_SUMS, requests: n });
   }
   return c.deltas();
 }
@@ -255,16 +265,19 @@ export function requestDeltas(rows: Iterable<RequestRow>): Deltas {
  */
 export function costDeltas(row: RequestRow, deltaUsd: number): RollupDelta[] {
   const c = new Collector();
-  for (const [grains, dim, key] of targets(row)) for (const g of grains) c.add(g, row.ts, row.ts, dim, key, { cost_usd: deltaUsd });
+  const sums = { ...ZERO_SUMS, cost_usd: deltaUsd };
+  for (const [grains, dim, key] of targets(row)) for (const g of grains) c.add(g, row.ts, row.ts, dim, key, sums);
   return c.deltas().rollups;
 }
+
+const ONE: Sums = Object.freeze({ ...ZERO_SUMS, requests: 1 });
 
 /** The rollup deltas of auth audit rows: per UTC day, by outcome and by address. */
 export function auditDeltas(rows: Iterable<AuditRow>): Deltas {
   const c = new Collector();
   for (const r of rows) {
-    c.add('d', r.ts, r.ts, 'auth_outcome', r.outcome, { requests: 1 });
-    c.add('d', r.ts, r.ts, 'auth_ip', r.ip, { requests: 1 });
+    c.add('d', r.ts, r.ts, 'auth_outcome', r.outcome, ONE);
+    c.add('d', r.ts, r.ts, 'auth_ip', r.ip, ONE);
   }
   return c.deltas();
 }

@@ -157,6 +157,8 @@ export interface BoardSumsQuery {
   byBucket?: boolean;
   /** Only keys that also have a row in this bucket (same grain and dims): e.g. the sessions active this hour. */
   activeIn?: string;
+  /** With activeIn: only keys whose row in that bucket cost at least this much (USD). */
+  activeMinUsd?: number;
   /** With one dim: the top `limit` keys by requests or cost. */
   order?: 'requests' | 'cost_usd' | 'last_ts';
   limit?: number;
