@@ -101,8 +101,8 @@ type Target = [grains: Grain[], dim: string, key: string, note?: string];
 const HD: Grain[] = ['h', 'd'];
 const D: Grain[] = ['d'];
 
-/** Every (grains, dim, key) a request row is counted under. */
-function targets(row: RequestRow): Target[] {
+/** The (grains, dim, key) a request row shares with rows alike in the group signature's fields. */
+function sharedTargets(row: RequestRow): Target[] {
   const tier = row.tier ?? 'none';
   const out: Target[] = [
     [HD, 'all', ''],
@@ -119,12 +119,23 @@ function targets(row: RequestRow): Target[] {
   // The board's last-hour 429 count per profile (its rate_limited_burst anomaly).
   if (row.status === 429) out.push([['h'], 'limited', row.profile]);
   if (row.degradation !== 'none') out.push([D, 'degradation', row.degradation]);
+  return out;
+}
+
+/** The row's own, many-valued targets: its session, end user and run. */
+function ownTargets(row: RequestRow): Target[] {
+  const out: Target[] = [];
   if (row.session !== null || row.end_user !== null) {
-    out.push([HD, 'session', [row.profile, row.session ?? '', row.end_user ?? ''].join(SEP), tier]);
+    out.push([HD, 'session', [row.profile, row.session ?? '', row.end_user ?? ''].join(SEP), row.tier ?? 'none']);
   }
   if (row.end_user !== null) out.push([D, 'end_user', `${row.profile}${SEP}${row.end_user}`]);
   if (row.run !== null) out.push([['a'], 'run', row.run]);
   return out;
+}
+
+/** Every (grains, dim, key) a request row is counted under. */
+function targets(row: RequestRow): Target[] {
+  return [...sharedTargets(row), ...ownTargets(row)];
 }
 
 /**
@@ -192,10 +203,20 @@ interface Group {
   tools: Map<string, number> | undefined;
 }
 
-/** What makes two rows count under the same rollup rows (and histogram keys). */
+/**
+ * What makes two rows count under the same shared rollup rows (and histogram keys). Session, end
+ * user and run are left out: they take almost any value, and are added row by row instead.
+ */
 function signature(r: RequestRow): string {
   return r.ts.slice(0, 13) + SEP + r.endpoint + SEP + r.outcome + SEP + r.status + SEP + r.profile + SEP + r.provider + SEP
-    + r.model + SEP + r.tier + SEP + r.requested_model + SEP + r.degradation + SEP + r.session + SEP + r.end_user + SEP + r.run;
+    + r.model + SEP + r.tier + SEP + r.requested_model + SEP + r.degradation;
+}
+
+function rowSums(row: RequestRow): Sums {
+  return {
+    requests: 1, errors: isError(row) ? 1 : 0, input_tokens: row.input_tokens, output_tokens: row.output_tokens, cache_read_tokens: row.cache_read_tokens,
+    cache_write_tokens: row.cache_write_tokens, reasoning_tokens: row.reasoning_tokens, cost_usd: row.cost_usd,
+  };
 }
 
 function count(m: Map<number, number>, ms: number | null): void {
@@ -210,6 +231,7 @@ function count(m: Map<number, number>, ms: number | null): void {
  * group then adds to its targets once, so the cost per row is one signature and a few additions.
  */
 export function requestDeltas(rows: Iterable<RequestRow>): Deltas {
+  const c = new Collector();
   const groups = new Map<string, Group>();
   for (const row of rows) {
     const sig = signature(row);
@@ -234,13 +256,21 @@ export function requestDeltas(rows: Iterable<RequestRow>): Deltas {
     count(g.hist.d, row.duration_ms);
     if (row.tools.length > 0) {
       g.tools ??= new Map();
+      // Tools count per profile, which the signature holds.
       for (const name of row.tools) g.tools.set(name, (g.tools.get(name) ?? 0) + 1);
     }
+    const own = ownTargets(row);
+    if (own.length === 0) continue;
+    const sums = rowSums(row);
+    for (const [grains, dim, key, note] of own) for (const gr of grains) c.add(gr, row.ts, row.ts, dim, key, sums, note ?? '');
+    if (row.run !== null) {
+      if (row.ttfb_ms !== null && Number.isFinite(row.ttfb_ms)) c.addHist('a', row.ts, 'run', row.run, 't', histIndex(row.ttfb_ms), 1);
+      if (Number.isFinite(row.duration_ms)) c.addHist('a', row.ts, 'run', row.run, 'd', histIndex(row.duration_ms), 1);
+    }
   }
-  const c = new Collector();
   for (const g of groups.values()) {
     const { row, sums, first, last, hist } = g;
-    for (const [grains, dim, key, note] of targets(row)) for (const gr of grains) c.add(gr, first, last, dim, key, sums, note ?? '');
+    for (const [grains, dim, key, note] of sharedTargets(row)) for (const gr of grains) c.add(gr, first, last, dim, key, sums, note ?? '');
     const provider = row.provider ?? 'unknown';
     for (const gr of HD) {
       for (const [idx, n] of hist.o) c.addHist(gr, first, 'all', '', 'o', idx, n);
@@ -249,10 +279,6 @@ export function requestDeltas(rows: Iterable<RequestRow>): Deltas {
         c.addHist(gr, first, 'provider', provider, 't', idx, n);
       }
       for (const [idx, n] of hist.d) c.addHist(gr, first, 'all', '', 'd', idx, n);
-    }
-    if (row.run !== null) {
-      for (const [idx, n] of hist.t) c.addHist('a', first, 'run', row.run, 't', idx, n);
-      for (const [idx, n] of hist.d) c.addHist('a', first, 'run', row.run, 'd', idx, n);
     }
     if (g.tools) for (const [name, n] of g.tools) c.add('d', first, last, 'tool', `${row.profile}${SEP}${name}`, { ...ZERO_SUMS, requests: n });
   }
