@@ -46,6 +46,9 @@ export interface GatewayOptions {
   loadCatalog?: boolean;
 }
 
+/** Pending connections the kernel may queue for accept() (capped by net.core.somaxconn). */
+export const LISTEN_BACKLOG = 4096;
+
 export async function createGateway(opts: GatewayOptions) {
   const { config, store, counters, log } = opts;
   const env = opts.env ?? process.env;
@@ -131,7 +134,9 @@ export async function createGateway(opts: GatewayOptions) {
     async listen(host: string, port: number): Promise<AddressInfo> {
       await new Promise<void>((resolve, reject) => {
         server.once('error', reject);
-        server.listen(port, host, () => {
+        // A burst of clients (an agent fleet opening hundreds of streams at once) must find room in
+        // the accept queue: Node's default of 511 drops the rest's SYNs, and they retry a second later.
+        server.listen({ port, host, backlog: LISTEN_BACKLOG }, () => {
           server.off('error', reject);
           resolve();
         });

@@ -30,7 +30,9 @@ export function createProxy(deps: ProxyDeps) {
   // (a stream waiting for a socket is a stall of its whole length); idle sockets are reused LIFO.
   // An idle socket is closed after 30 s (or the router's own `keep-alive: timeout=` hint, if
   // shorter): no fd is held for a burst that is over, and fewer reuses race the router's close.
-  const agentOptions = { keepAlive: true, keepAliveMsecs: 10_000, timeout: 30_000 };
+  // Idle sockets are all kept until that timeout (Node keeps 256 by default): the next burst of
+  // streams reuses them instead of opening hundreds of connections at once.
+  const agentOptions = { keepAlive: true, keepAliveMsecs: 10_000, timeout: 30_000, maxFreeSockets: 4096 };
   const agents = { 'http:': new http.Agent(agentOptions), 'https:': new https.Agent(agentOptions) };
   const proxy = new ProxyServer({ selfHandleResponse: true, changeOrigin: true, ignorePath: true, proxyTimeout: deps.upstreamTimeoutMs });
   // Precomputed per router and route: the hot path joins no URLs except for a query string.

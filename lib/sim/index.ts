@@ -149,7 +149,7 @@ export async function startSimulatedRouter(opts: SimOptions = {}): Promise<Simul
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(opts.port ?? 0, host, () => {
+    server.listen({ port: opts.port ?? 0, host, backlog: 4096 }, () => {
       server.off('error', reject);
       resolve();
     });
