@@ -190,16 +190,69 @@ function bucketOf(grain: Grain, ts: string): string {
   return grain === 'h' ? ts.slice(0, 13) : grain === 'd' ? ts.slice(0, 10) : '';
 }
 
-/** Histogram counts of one group: per metric, bucket index → count. */
-type GroupHist = Record<'o' | 't' | 'd', Map<number, number>>;
+/** Histogram counts by bucket index (0 … HIST_MAX). */
+type Counts = Float64Array;
 
-/** Rows alike in every dimension the rollups read, within one UTC hour: summed once, counted once. */
+/** One (dim, key) of one hour: what the groups and rows counted under it add up to. */
+interface Entry { grains: Grain[]; dim: string; key: string; sums: Sums; first: string; last: string; note: string }
+
+/**
+ * One UTC hour of a batch: its entries and its histograms (per dim, key and metric). Days and all
+ * time are folded from the hours, never counted per row.
+ */
+interface Hour {
+  ts: string;
+  entries: Map<string, Entry>;
+  hist: Map<string, { grains: Grain[]; dim: string; key: string; metric: Metric; counts: Counts }>;
+  /** Every row's overhead, TTFB and duration counts of the hour. */
+  o: Counts; t: Counts; d: Counts;
+}
+
+function hourCounts(h: Pick<Hour, 'hist'>, grains: Grain[], dim: string, key: string, metric: Metric): Counts {
+  const id = dim + SEP + key + SEP + metric;
+  let e = h.hist.get(id);
+  if (!e) h.hist.set(id, (e = { grains, dim, key, metric, counts: new Float64Array(HIST_MAX + 1) }));
+  return e.counts;
+}
+
+function newHour(ts: string): Hour {
+  const h = { ts, entries: new Map(), hist: new Map() };
+  return { ...h, o: hourCounts(h, HD, 'all', '', 'o'), t: hourCounts(h, HD, 'all', '', 't'), d: hourCounts(h, HD, 'all', '', 'd') };
+}
+
+function entry(h: Hour, grains: Grain[], dim: string, key: string): Entry {
+  const id = dim + SEP + key;
+  let e = h.entries.get(id);
+  if (!e) h.entries.set(id, (e = { grains, dim, key, sums: { ...ZERO_SUMS }, first: '\uffff', last: '', note: '' }));
+  return e;
+}
+
+/** Adds sums seen between `first` and `last` to an entry (a later addition's note wins a tie, as row by row). */
+function merge(e: Entry, first: string, last: string, s: Sums, note: string): void {
+  const into = e.sums;
+  into.requests += s.requests;
+  into.errors += s.errors;
+  into.input_tokens += s.input_tokens;
+  into.output_tokens += s.output_tokens;
+  into.cache_read_tokens += s.cache_read_tokens;
+  into.cache_write_tokens += s.cache_write_tokens;
+  into.reasoning_tokens += s.reasoning_tokens;
+  into.cost_usd += s.cost_usd;
+  if (first < e.first) e.first = first;
+  if (last >= e.last) {
+    e.last = last;
+    e.note = note;
+  }
+}
+
+/**
+ * Rows alike in every few-valued dimension the rollups read, within one UTC hour: summed once,
+ * added to the hour's shared entries once. It keeps no row (a backfill slice's rows die young).
+ */
 interface Group {
-  row: RequestRow;
-  sums: Sums;
-  first: string;
-  last: string;
-  hist: GroupHist;
+  hour: Hour; entries: Entry[]; profile: string; sums: Sums; first: string; last: string;
+  /** The hour's TTFB histogram of the group's provider. */
+  pt: Counts;
   tools: Map<string, number> | undefined;
 }
 
@@ -219,27 +272,49 @@ function rowSums(row: RequestRow): Sums {
   };
 }
 
-function count(m: Map<number, number>, ms: number | null): void {
-  if (ms === null || !Number.isFinite(ms)) return;
-  const idx = histIndex(ms);
-  m.set(idx, (m.get(idx) ?? 0) + 1);
+const A: Grain[] = ['a'];
+/** Groups held at once; past it they go to their entries (a batch of all-different rows). */
+const MAX_GROUPS = 4096;
+
+function newGroup(hours: Map<string, Hour>, row: RequestRow): Group {
+  const hk = row.ts.slice(0, 13);
+  let h = hours.get(hk);
+  if (!h) hours.set(hk, (h = newHour(row.ts)));
+  return {
+    hour: h, entries: sharedTargets(row).map(([grains, dim, key]) => entry(h, grains, dim, key)), profile: row.profile,
+    sums: { ...ZERO_SUMS }, first: row.ts, last: row.ts, pt: hourCounts(h, HD, 'provider', row.provider ?? 'unknown', 't'), tools: undefined,
+  };
+}
+
+/** Adds each group to its hour's entries, in the order the groups began; then forgets them. */
+function flush(groups: Map<string, Group>): void {
+  for (const g of groups.values()) {
+    for (const e of g.entries) merge(e, g.first, g.last, g.sums, '');
+    if (g.tools) for (const [name, n] of g.tools) merge(entry(g.hour, D, 'tool', `${g.profile}${SEP}${name}`), g.first, g.last, { ...ZERO_SUMS, requests: n }, '');
+  }
+  groups.clear();
 }
 
 /**
- * The rollup deltas of request rows (rows actually inserted: a replayed row must not come here).
- * One pass groups the rows (a batch or a backfill slice is mostly a few kinds of request); each
- * group then adds to its targets once, so the cost per row is one signature and a few additions.
+ * The rollup deltas of request rows, added one at a time (a backfill slice as it is read) or all
+ * at once (requestDeltas). One pass groups the rows on their few-valued fields (a batch is mostly
+ * a few kinds of request) and counts their latencies into their hour's histograms; a row's own
+ * session, end user and run go to its hour's entries as it comes. Each group then adds to its
+ * hour's entries once, and the hours fold into days and all time: the cost per row is one
+ * signature and a few additions, per hour a few hundred, and no row outlives the pass.
  */
-export function requestDeltas(rows: Iterable<RequestRow>): Deltas {
-  const c = new Collector();
-  const groups = new Map<string, Group>();
-  for (const row of rows) {
+export class RequestAggregator {
+  private readonly hours = new Map<string, Hour>();
+  private readonly groups = new Map<string, Group>();
+
+  add(row: RequestRow): void {
     const sig = signature(row);
-    let g = groups.get(sig);
+    let g = this.groups.get(sig);
     if (!g) {
-      g = { row, sums: { ...ZERO_SUMS }, first: row.ts, last: row.ts, hist: { o: new Map(), t: new Map(), d: new Map() }, tools: undefined };
-      groups.set(sig, g);
+      if (this.groups.size >= MAX_GROUPS) flush(this.groups);
+      this.groups.set(sig, (g = newGroup(this.hours, row)));
     }
+    const h = g.hour;
     const s = g.sums;
     s.requests += 1;
     if (isError(row)) s.errors += 1;
@@ -251,38 +326,51 @@ export function requestDeltas(rows: Iterable<RequestRow>): Deltas {
     s.cost_usd += row.cost_usd;
     if (row.ts < g.first) g.first = row.ts;
     if (row.ts >= g.last) g.last = row.ts;
-    count(g.hist.o, row.overhead_ms);
-    count(g.hist.t, row.ttfb_ms);
-    count(g.hist.d, row.duration_ms);
+    const ttfb = row.ttfb_ms !== null && Number.isFinite(row.ttfb_ms) ? histIndex(row.ttfb_ms) : -1;
+    const duration = Number.isFinite(row.duration_ms) ? histIndex(row.duration_ms) : -1;
+    if (row.overhead_ms !== null && Number.isFinite(row.overhead_ms)) h.o[histIndex(row.overhead_ms)]++;
+    if (ttfb >= 0) {
+      h.t[ttfb]++;
+      g.pt[ttfb]++;
+    }
+    if (duration >= 0) h.d[duration]++;
     if (row.tools.length > 0) {
       g.tools ??= new Map();
       // Tools count per profile, which the signature holds.
       for (const name of row.tools) g.tools.set(name, (g.tools.get(name) ?? 0) + 1);
     }
     const own = ownTargets(row);
-    if (own.length === 0) continue;
+    if (own.length === 0) return;
     const sums = rowSums(row);
-    for (const [grains, dim, key, note] of own) for (const gr of grains) c.add(gr, row.ts, row.ts, dim, key, sums, note ?? '');
+    for (const [grains, dim, key, note] of own) merge(entry(h, grains, dim, key), row.ts, row.ts, sums, note ?? '');
     if (row.run !== null) {
-      if (row.ttfb_ms !== null && Number.isFinite(row.ttfb_ms)) c.addHist('a', row.ts, 'run', row.run, 't', histIndex(row.ttfb_ms), 1);
-      if (Number.isFinite(row.duration_ms)) c.addHist('a', row.ts, 'run', row.run, 'd', histIndex(row.duration_ms), 1);
+      if (ttfb >= 0) hourCounts(h, A, 'run', row.run, 't')[ttfb]++;
+      if (duration >= 0) hourCounts(h, A, 'run', row.run, 'd')[duration]++;
     }
   }
-  for (const g of groups.values()) {
-    const { row, sums, first, last, hist } = g;
-    for (const [grains, dim, key, note] of sharedTargets(row)) for (const gr of grains) c.add(gr, first, last, dim, key, sums, note ?? '');
-    const provider = row.provider ?? 'unknown';
-    for (const gr of HD) {
-      for (const [idx, n] of hist.o) c.addHist(gr, first, 'all', '', 'o', idx, n);
-      for (const [idx, n] of hist.t) {
-        c.addHist(gr, first, 'all', '', 't', idx, n);
-        c.addHist(gr, first, 'provider', provider, 't', idx, n);
+
+  /** Every row added so far: the hours, then the days and all time they add up to. */
+  deltas(): Deltas {
+    flush(this.groups);
+    const c = new Collector();
+    for (const h of this.hours.values()) {
+      for (const e of h.entries.values()) for (const gr of e.grains) c.add(gr, e.first, e.last, e.dim, e.key, e.sums, e.note);
+      for (const e of h.hist.values()) {
+        for (let idx = 0; idx <= HIST_MAX; idx++) {
+          const n = e.counts[idx];
+          if (n > 0) for (const gr of e.grains) c.addHist(gr, h.ts, e.dim, e.key, e.metric, idx, n);
+        }
       }
-      for (const [idx, n] of hist.d) c.addHist(gr, first, 'all', '', 'd', idx, n);
     }
-    if (g.tools) for (const [name, n] of g.tools) c.add('d', first, last, 'tool', `${row.profile}${SEP}${name}`, { ...ZERO_SUMS, requests: n });
+    return c.deltas();
   }
-  return c.deltas();
+}
+
+/** The rollup deltas of request rows (rows actually inserted: a replayed row must not come here). */
+export function requestDeltas(rows: Iterable<RequestRow>): Deltas {
+  const agg = new RequestAggregator();
+  for (const row of rows) agg.add(row);
+  return agg.deltas();
 }
 
 /**
