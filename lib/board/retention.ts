@@ -39,7 +39,7 @@ const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
  * enough that a 10 M-row store is rolled up in minutes; on SQLite it runs in the store's thread,
  * on Postgres the rows are read and summed in a few milliseconds of the event loop per slice.
  */
-export const BACKFILL_SLICE = 10_000;
+export const BACKFILL_SLICE = 50_000;
 
 export function startMaintenance(o: MaintenanceOptions) {
   const slice = o.backfillSlice ?? BACKFILL_SLICE;
