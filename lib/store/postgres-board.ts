@@ -4,7 +4,7 @@
 // retention, and the board's reads. Upserts go in one sorted order, so writers never deadlock.
 
 import type postgres from 'postgres';
-import { auditDeltas, costDeltas, requestDeltas, type Deltas } from './rollups.ts';
+import { auditDeltas, costDeltas, RequestAggregator, requestDeltas, type Deltas } from './rollups.ts';
 import { iso, numOrNull, type Raw } from './postgres-values.ts';
 import type { AuditRow, BoardStore, BoardSum, RequestRow } from './store.ts';
 
@@ -28,7 +28,7 @@ export function postgresRollupRow(raw: Raw): RequestRow {
     cache_write_tokens: Number(raw.cache_write_tokens), reasoning_tokens: Number(raw.reasoning_tokens), cost_usd: Number(raw.cost_usd),
     cost_source: 'estimate', provider: raw.provider as string | null, degradation: raw.degradation as RequestRow['degradation'],
     generation_id: null, ttfb_ms: numOrNull(raw.ttfb_ms), duration_ms: Number(raw.duration_ms), overhead_ms: numOrNull(raw.overhead_ms),
-    tools: JSON.parse(raw.tools as string) as string[],
+    tools: raw.tools === '[]' ? [] : (JSON.parse(raw.tools as string) as string[]),
   };
 }
 
@@ -192,17 +192,29 @@ export function postgresBoard(sql: postgres.Sql): BoardStore {
         if (!requestsDone(m)) {
           const [uts, uid] = JSON.parse(m.reqUpto) as [string, string];
           const [cts, cid] = m.reqCursor === '' ? ['-infinity', ''] : (JSON.parse(m.reqCursor) as [string, string]);
-          const raws = await tx.unsafe(
-            `SELECT ${ROW_COLUMNS}, json_build_array(ts, id)::text AS mark FROM requests
+          // Each row goes through the aggregation as it arrives (Postgres sends the rest
+          // meanwhile): no row of the slice outlives its turn, and the event loop turns between
+          // the network's chunks.
+          const agg = new RequestAggregator();
+          let n = 0;
+          let lastId: string | undefined;
+          await tx.unsafe(
+            `SELECT ${ROW_COLUMNS} FROM requests
              WHERE ts >= $1::text::timestamptz AND ts <= $3::text::timestamptz
                AND (ts, id) > ($1::text::timestamptz, $2) AND (ts, id) <= ($3::text::timestamptz, $4)
              ORDER BY ts, id LIMIT $5`,
             [cts, cid, uts, uid, limit],
-          );
-          await apply(tx, requestDeltas(raws.map(postgresRollupRow)));
-          const next = raws.length > 0 ? (raws[raws.length - 1].mark as string) : m.reqUpto;
-          await tx`UPDATE board_state SET value = ${raws.length < limit ? m.reqUpto : next} WHERE name = 'requests_cursor'`;
-          rows += raws.length;
+          ).forEach((raw) => {
+            agg.add(postgresRollupRow(raw));
+            n++;
+            lastId = raw.id as string;
+          });
+          await apply(tx, agg.deltas());
+          // The cursor in the mark's own form (Postgres's JSON of the full-precision time).
+          const [last] = n < limit || lastId === undefined ? [] : await tx`SELECT json_build_array(ts, id)::text AS mark FROM requests WHERE id = ${lastId}`;
+          const next = last ? (last.mark as string) : m.reqUpto;
+          await tx`UPDATE board_state SET value = ${n < limit ? m.reqUpto : next} WHERE name = 'requests_cursor'`;
+          rows += n;
         }
         if (rows < limit && m.auditCursor < m.auditUpto) {
           const raws = await tx`SELECT id, ts, ip, prefix, outcome FROM auth_audit WHERE id > ${m.auditCursor} AND id <= ${m.auditUpto} ORDER BY id LIMIT ${limit - rows}`;
