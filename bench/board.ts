@@ -82,7 +82,7 @@ export async function seedSqlite(dir: string, n: number, now: number, shape: Sha
     const to = Math.min(n, from + chunk - 1);
     db.exec(`INSERT INTO requests (${COLUMNS})
       WITH RECURSIVE c(i) AS (SELECT ${from} UNION ALL SELECT i + 1 FROM c WHERE i < ${to}),
-      g AS (SELECT i, abs(random() % 1000000000000) AS r, abs(random() % 1000000000000) AS q FROM c)
+      g AS MATERIALIZED (SELECT i, abs(random() % 1000000000000) AS r, abs(random() % 1000000000000) AS q FROM c)
       SELECT ${select(mod, cat, ts).replace('STREAMBOOL', '(q % 2)')} FROM g`);
   }
   db.close();
