@@ -35,9 +35,10 @@ export function retentionDays(env: NodeJS.ProcessEnv): number | null {
 const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 /**
- * Rows per backfill slice: one transaction, one grouped aggregation (lib/store/rollups.ts). Large
- * enough that a 10 M-row store is rolled up in minutes; on SQLite it runs in the store's thread,
- * on Postgres the rows are read and summed in a few milliseconds of the event loop per slice.
+ * Rows per backfill slice: one transaction, the rows streamed through one aggregation
+ * (lib/store/rollups.ts). Large enough that a 10 M-row store is rolled up in a few minutes; on
+ * SQLite a slice runs in the store's thread (about half a second, which other store calls wait at
+ * most), on Postgres the rows are summed as they arrive, the event loop turning between chunks.
  */
 export const BACKFILL_SLICE = 50_000;
 
