@@ -60,3 +60,15 @@ t.test('a group keeps its earliest and latest timestamps, and the latest tier of
   t.equal(session.last_ts, '2025-03-10T11:55:00.000Z');
   t.equal(session.note, 'agent', 'the latest row names the tier');
 });
+
+// A batch of rows nearly all different makes more groups than requestDeltas holds at once, so it
+// hands them to their hours part way through the pass: still the merge of every row alone.
+t.test('more distinct rows than the grouping holds at once: still the merge of every row alone', async (t) => {
+  // 6,000 rows over two days, 5,000 served models (over 4,096 groups), a third calling a tool,
+  // sessions shared by a few rows each.
+  const list = rows(6000, 13, 2).map((r, i) => ({ ...r, model: `m${i % 5000}`, session: `s${i % 1500}`, tools: i % 3 === 0 ? ['Bash'] : r.tools }));
+  const d = requestDeltas(list);
+  t.strictSame(rounded(d), rounded(oneByOne(list)), `${d.rollups.length} rollup rows, ${d.hist.length} histogram rows`);
+  const all = d.rollups.filter((r) => r.grain === 'd' && r.dim === 'all').reduce((a, r) => a + r.requests, 0);
+  t.equal(all, 6000, 'every row counted once');
+});
