@@ -149,7 +149,7 @@ class Collector {
 
   /** Adds sums seen between `first` and `last` (timestamps of one UTC hour). */
   add(grain: Grain, first: string, last: string, dim: string, key: string, sums: Sums, note = ''): void {
-    const bucket = grain === 'h' ? first.slice(0, 13) : grain === 'd' ? first.slice(0, 10) : '';
+    const bucket = bucketOf(grain, first);
     const id = `${grain}${bucket}${SEP}${dim}${SEP}${key}`;
     const r = this.rollups.get(id);
     if (!r) {
@@ -262,11 +262,16 @@ function signature(r: RequestRow): string {
     + r.model + SEP + r.tier + SEP + r.requested_model + SEP + r.degradation;
 }
 
-function rowSums(row: RequestRow): Sums {
-  return {
-    requests: 1, errors: isError(row) ? 1 : 0, input_tokens: row.input_tokens, output_tokens: row.output_tokens, cache_read_tokens: row.cache_read_tokens,
-    cache_write_tokens: row.cache_write_tokens, reasoning_tokens: row.reasoning_tokens, cost_usd: row.cost_usd,
-  };
+/** Counts one request row into `into` (no object per row: a group's sums take it directly). */
+function addRow(into: Sums, row: RequestRow): void {
+  into.requests += 1;
+  if (isError(row)) into.errors += 1;
+  into.input_tokens += row.input_tokens;
+  into.output_tokens += row.output_tokens;
+  into.cache_read_tokens += row.cache_read_tokens;
+  into.cache_write_tokens += row.cache_write_tokens;
+  into.reasoning_tokens += row.reasoning_tokens;
+  into.cost_usd += row.cost_usd;
 }
 
 const A: Grain[] = ['a'];
@@ -312,15 +317,7 @@ export class RequestAggregator {
       this.groups.set(sig, (g = newGroup(this.hours, row)));
     }
     const h = g.hour;
-    const s = g.sums;
-    s.requests += 1;
-    if (isError(row)) s.errors += 1;
-    s.input_tokens += row.input_tokens;
-    s.output_tokens += row.output_tokens;
-    s.cache_read_tokens += row.cache_read_tokens;
-    s.cache_write_tokens += row.cache_write_tokens;
-    s.reasoning_tokens += row.reasoning_tokens;
-    s.cost_usd += row.cost_usd;
+    addRow(g.sums, row);
     if (row.ts < g.first) g.first = row.ts;
     if (row.ts >= g.last) g.last = row.ts;
     const ttfb = row.ttfb_ms !== null && Number.isFinite(row.ttfb_ms) ? histIndex(row.ttfb_ms) : -1;
@@ -338,7 +335,8 @@ export class RequestAggregator {
     }
     const own = ownTargets(row);
     if (own.length === 0) return;
-    const sums = rowSums(row);
+    const sums = { ...ZERO_SUMS };
+    addRow(sums, row);
     for (const [grains, dim, key, note] of own) merge(entry(h, grains, dim, key), row.ts, row.ts, sums, note ?? '');
     if (row.run !== null) {
       if (ttfb >= 0) hourCounts(h, A, 'run', row.run, 't')[ttfb]++;
