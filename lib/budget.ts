@@ -6,7 +6,7 @@
 
 import type { Profile } from './config.ts';
 import type { Counters } from './counters/counters.ts';
-import { SpendCache, type SpendCounters } from './counters/spend-cache.ts';
+import { SpendCache } from './counters/spend-cache.ts';
 import type { Degradation, Store } from './store/store.ts';
 
 const DAY_TTL_S = 2 * 86_400;
@@ -51,9 +51,30 @@ export function degradationFor(percent: number): Degradation | 'blocked' {
   return 'none';
 }
 
+/** The state of a profile with `day` and `month` micro-USD spent in the windows `w`. */
+function stateOf(profile: Profile, day: number, month: number, w: Windows, now: number): BudgetState {
+  // From the integer micro-USD amounts: one correctly rounded division, so spend exactly at a
+  // threshold reads as that threshold (0.0595 / 0.07 * 100 would give 84.99999999999999).
+  const dayPct = (day * 100) / micro(profile.budget.daily_usd);
+  const monthPct = (month * 100) / micro(profile.budget.monthly_usd);
+  const percent = Math.max(dayPct, monthPct);
+  const level = degradationFor(percent);
+  const resetAt = monthPct >= 100 ? w.monthEnd : w.dayEnd;
+  return {
+    day_usd: day / 1e6,
+    month_usd: month / 1e6,
+    percent,
+    degradation: level === 'blocked' ? 'max-tokens' : level,
+    blocked: level === 'blocked',
+    retryAfterS: Math.max(3600, Math.ceil((resetAt - now) / 1000)),
+    dayResetAt: w.dayEnd,
+    monthResetAt: w.monthEnd,
+  };
+}
+
 export class Budget {
   /** Spend reads from memory (refreshed behind), increments batched off the request path. */
-  private readonly counters: SpendCounters & Pick<SpendCache, 'flush' | 'observe'>;
+  private readonly counters: SpendCache;
   private readonly store: Store;
   private readonly now: () => number;
 
@@ -102,40 +123,42 @@ export class Budget {
     return this.counters.seed(key, stored, ttlS);
   }
 
-  async state(profile: Profile): Promise<BudgetState> {
+  /**
+   * The profile's budget state: at once when this process knows both windows' spend (every
+   * request after the first), else a promise that reads (or seeds) them first.
+   */
+  state(profile: Profile): BudgetState | Promise<BudgetState> {
     const now = this.now();
-    const { day, month, w } = await this.spend(profile.name, now);
-    // From the integer micro-USD amounts: one correctly rounded division, so spend exactly at a
-    // threshold reads as that threshold (0.0595 / 0.07 * 100 would give 84.99999999999999).
-    const dayPct = (day * 100) / micro(profile.budget.daily_usd);
-    const monthPct = (month * 100) / micro(profile.budget.monthly_usd);
-    const percent = Math.max(dayPct, monthPct);
-    const level = degradationFor(percent);
-    const resetAt = monthPct >= 100 ? w.monthEnd : w.dayEnd;
-    return {
-      day_usd: day / 1e6,
-      month_usd: month / 1e6,
-      percent,
-      degradation: level === 'blocked' ? 'max-tokens' : level,
-      blocked: level === 'blocked',
-      retryAfterS: Math.max(3600, Math.ceil((resetAt - now) / 1000)),
-      dayResetAt: w.dayEnd,
-      monthResetAt: w.monthEnd,
-    };
+    const { w, dayKey, monthKey } = this.keys(profile.name, now);
+    const day = this.counters.now(dayKey);
+    const month = this.counters.now(monthKey);
+    if (typeof day === 'number' && typeof month === 'number') return stateOf(profile, day, month, w, now);
+    return this.spend(profile.name, now).then((s) => stateOf(profile, s.day, s.month, s.w, now));
   }
 
-  /** Adds a recorded cost to both windows of the time it was spent. */
-  async add(profile: string, usd: number, at: number): Promise<void> {
+  /**
+   * Adds a recorded cost to both windows of the time it was spent: at once once this process has
+   * seeded those windows, else a promise that seeds them first.
+   */
+  add(profile: string, usd: number, at: number): void | Promise<void> {
     const amount = micro(usd);
     if (amount <= 0) return;
     const k = this.keys(profile, at);
-    // Seed first, so the store's earlier spend is not lost; once per window and process is enough
-    // (a counter lost later, say a Redis flush, is raised again by reconcile()).
-    if (!this.seeded.has(k)) {
-      await this.spend(profile, at);
-      this.seeded.add(k);
-    }
-    await Promise.all([this.counters.incr(k.dayKey, amount, DAY_TTL_S), this.counters.incr(k.monthKey, amount, MONTH_TTL_S)]);
+    if (this.seeded.has(k)) return this.incr(k, amount);
+    return this.seedThenAdd(k, profile, at, amount);
+  }
+
+  /** Seeds the windows first, so the store's earlier spend is not lost; once per window and process is enough
+   *  (a counter lost later, say a Redis flush, is raised again by reconcile()). */
+  private async seedThenAdd(k: WindowKeys, profile: string, at: number, amount: number): Promise<void> {
+    await this.spend(profile, at);
+    this.seeded.add(k);
+    this.incr(k, amount);
+  }
+
+  private incr(k: WindowKeys, amount: number): void {
+    this.counters.incr(k.dayKey, amount, DAY_TTL_S);
+    this.counters.incr(k.monthKey, amount, MONTH_TTL_S);
   }
 
   // ring 1: cost reconciliation

@@ -71,7 +71,8 @@ export async function createGateway(opts: GatewayOptions) {
   function record(row: RequestRow): void {
     recorder.add(row);
     metrics.row(row);
-    budget.add(row.profile, row.cost_usd, Date.parse(row.ts)).catch((err) => log.error({ err: err.message }, 'budget spend could not be counted'));
+    // At once, except for the first cost of a window this process has not seeded yet.
+    budget.add(row.profile, row.cost_usd, Date.parse(row.ts))?.catch((err) => log.error({ err: err.message }, 'budget spend could not be counted'));
   }
 
   const deps: Deps = {

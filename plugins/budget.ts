@@ -2,18 +2,24 @@
 // count_tokens. 70 % → fast tier only, 85 % → also max_tokens 2048 (both applied by
 // model-resolve), 100 % → 429 with retry-after to the blocking window's reset (≥ 3600 s).
 
-import type { Budget } from '../lib/budget.ts';
-import type { Plugin } from '../lib/context.ts';
+import type { Budget, BudgetState } from '../lib/budget.ts';
+import type { Ctx, Plugin } from '../lib/context.ts';
 import { GatewayError } from '../lib/errors.ts';
 
 export function budget(deps: { budget: Budget }): Plugin {
   return {
     name: 'budget',
     routes: ['chat', 'messages', 'responses'],
-    async run(ctx) {
-      const state = await deps.budget.state(ctx.profile!);
-      if (state.blocked) throw new GatewayError('budget_exhausted', { headers: { 'retry-after': String(state.retryAfterS) } });
-      ctx.degradation = state.degradation;
+    // The spend is known in memory after a profile's first request: no promise, no tick.
+    run(ctx) {
+      const state = deps.budget.state(ctx.profile!);
+      if (state instanceof Promise) return state.then((s) => apply(ctx, s));
+      apply(ctx, state);
     },
   };
+}
+
+function apply(ctx: Ctx, state: BudgetState): void {
+  if (state.blocked) throw new GatewayError('budget_exhausted', { headers: { 'retry-after': String(state.retryAfterS) } });
+  ctx.degradation = state.degradation;
 }

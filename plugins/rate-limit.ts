@@ -8,7 +8,7 @@
 // A request without an end user counts toward the key's limit only.
 
 import { PROXIED, type Ctx, type Plugin } from '../lib/context.ts';
-import type { Check } from '../lib/counters/counters.ts';
+import type { Check, CheckResult } from '../lib/counters/counters.ts';
 import type { Deps } from '../lib/deps.ts';
 import { GatewayError } from '../lib/errors.ts';
 import { AUTH_FAILURE_LIMIT, AUTH_FAILURE_OPTS, AUTH_FAILURE_WINDOW_S, authFailureBucket } from './ip-block.ts';
@@ -33,7 +33,8 @@ export function rateLimit(deps: Pick<Deps, 'counters' | 'budget'>, scope: 'key' 
   return {
     name: 'rate-limit (key, end user; IP block)',
     routes: PROXIED,
-    async run(ctx) {
+    // On the embedded counters the step answers at once: no promise, no tick.
+    run(ctx) {
       const limits = ctx.profile!.rate_limits;
       // In chain order: the address first (peeked, never counted here), then the key, then the end user.
       const checks: Check[] = [
@@ -42,10 +43,16 @@ export function rateLimit(deps: Pick<Deps, 'counters' | 'budget'>, scope: 'key' 
       ];
       if (ctx.endUser !== null) checks.push({ bucket: `rl:user:${ctx.key!.row.id}:${ctx.endUser}`, limit: limits.per_user_per_minute, windowS: WINDOW_S });
       const spendKeys = budget.spendKeys(ctx.profile!.name);
-      const { verdicts: [ip, ...limited], values } = await counters.check(checks, spendKeys);
-      spendKeys.forEach((k, i) => budget.observe(k, values[i]));
-      if (!ip!.allowed) throw new GatewayError('ip_blocked');
-      if (limited.some((v) => v && !v.allowed)) throw new GatewayError('rate_limit_exceeded');
+      const result = counters.check(checks, spendKeys);
+      if (result instanceof Promise) return result.then((r) => judge(r, spendKeys));
+      judge(result, spendKeys);
     },
   };
+
+  /** Hands the spend read on to the budget, then refuses a blocked address or a window over its limit. */
+  function judge({ verdicts, values }: CheckResult, spendKeys: readonly string[]): void {
+    for (let i = 0; i < spendKeys.length; i++) budget.observe(spendKeys[i]!, values[i]);
+    if (!verdicts[0]!.allowed) throw new GatewayError('ip_blocked');
+    for (let i = 1; i < verdicts.length; i++) if (verdicts[i] && !verdicts[i]!.allowed) throw new GatewayError('rate_limit_exceeded');
+  }
 }

@@ -40,8 +40,9 @@ export interface Counters {
    * Several windows in one step (on Redis one script, so one round trip): each check in order, a
    * peek or a consume of one point. After the first refusal nothing more is counted: the later
    * checks answer undefined. `reads` are plain counters read in the same step (as `get`).
+   * The memory backing answers at once, without a promise: a caller awaits only a promise.
    */
-  check(checks: readonly Check[], reads?: readonly string[]): Promise<CheckResult>;
+  check(checks: readonly Check[], reads?: readonly string[]): CheckResult | Promise<CheckResult>;
   /**
    * Whether this process saw the window refusing (count over `limit`; with `next`, at it, so the
    * next point is refused) by consume, peek or check, and the window has not ended. No I/O. Exact

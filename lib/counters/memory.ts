@@ -1,17 +1,24 @@
 // Counters in process memory: the embedded default, and what one process falls back to while
-// Redis is away. Limits are rate-limiter-flexible's RateLimiterMemory (the same fixed windows as
-// the Redis backing); plain counters live in a Map with lazy expiry and an unref'd sweep.
+// Redis is away. Windows are fixed: one starts with its first point and lasts its length, as
+// rate-limiter-flexible counts them on Redis (redis.ts), and going over a window with a block
+// holds the bucket refused for the block's length. Everything here answers at once: `check`, the
+// one step a request takes, returns its result without a promise (the async methods only wrap the
+// same synchronous work). Plain counters and windows live in Maps with lazy expiry and an unref'd sweep.
 
-import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
 import type { Check, CheckResult, Counters, Verdict } from './counters.ts';
 import { Refusals } from './refusals.ts';
 
 interface Entry { value: number | string; expiresAt: number }
+/** A window's count and when it (or its block) ends, ms since the epoch. */
+interface Window { count: number; endsAt: number }
+
+const OPEN: Verdict = Object.freeze({ allowed: true, count: 0, msLeft: 0 });
 
 export class MemoryCounters implements Counters {
   readonly kind = 'memory' as const;
   readonly degraded = false;
-  private readonly limiters = new Map<string, RateLimiterMemory>();
+  /** By Refusals.id (limit, length, block and bucket): windows of different limits never share a count. */
+  private readonly windows = new Map<string, Window>();
   private readonly entries = new Map<string, Entry>();
   private readonly sweep: NodeJS.Timeout;
   private readonly refusals = new Refusals();
@@ -20,35 +27,62 @@ export class MemoryCounters implements Counters {
     this.sweep = setInterval(() => {
       const now = Date.now();
       for (const [k, e] of this.entries) if (e.expiresAt <= now) this.entries.delete(k);
+      for (const [k, w] of this.windows) if (w.endsAt <= now) this.windows.delete(k);
     }, 60_000).unref();
   }
 
-  limiter(limit: number, windowS: number, blockS = 0): RateLimiterMemory {
-    const id = `${limit}:${windowS}:${blockS}`;
-    let l = this.limiters.get(id);
-    if (!l) this.limiters.set(id, (l = new RateLimiterMemory({ keyPrefix: id, points: limit, duration: windowS, blockDuration: blockS })));
-    return l;
+  /**
+   * Counts `points` into a window. Over the limit for the first time with a block: the bucket is
+   * refused for `blockS` from now (its count kept), however much of the window was left.
+   */
+  private count(id: string, points: number, limit: number, windowS: number, blockS: number): Verdict {
+    const now = Date.now();
+    let w = this.windows.get(id);
+    if (w === undefined || w.endsAt <= now) this.windows.set(id, (w = { count: points, endsAt: now + windowS * 1000 }));
+    else w.count += points;
+    if (w.count <= limit) return { allowed: true, count: w.count, msLeft: w.endsAt - now };
+    if (blockS > 0 && w.count <= limit + points) w.endsAt = now + blockS * 1000;
+    return { allowed: false, count: w.count, msLeft: w.endsAt - now };
+  }
+
+  private look(id: string, limit: number): Verdict {
+    const w = this.windows.get(id);
+    const now = Date.now();
+    if (w === undefined || w.endsAt <= now) return OPEN;
+    return { allowed: w.count <= limit, count: w.count, msLeft: w.endsAt - now };
+  }
+
+  private consumeNow(bucket: string, limit: number, windowS: number, points: number, blockS = 0): Verdict {
+    const id = Refusals.id(bucket, limit, windowS, blockS);
+    return this.refusals.note(id, limit, this.count(id, points, limit, windowS, blockS));
+  }
+
+  private peekNow(bucket: string, limit: number, windowS: number, blockS = 0): Verdict {
+    const id = Refusals.id(bucket, limit, windowS, blockS);
+    return this.refusals.note(id, limit, this.look(id, limit));
   }
 
   async consume(bucket: string, limit: number, windowS: number, opts: { points?: number; blockS?: number } = {}): Promise<Verdict> {
-    const v = await toVerdict(limit, this.limiter(limit, windowS, opts.blockS).consume(bucket, opts.points ?? 1));
-    return this.refusals.note(Refusals.id(bucket, limit, windowS, opts.blockS), limit, v);
+    return this.consumeNow(bucket, limit, windowS, opts.points ?? 1, opts.blockS);
   }
 
   async peek(bucket: string, limit: number, windowS: number, opts: { blockS?: number } = {}): Promise<Verdict> {
-    const v = peekVerdict(limit, await this.limiter(limit, windowS, opts.blockS).get(bucket));
-    return this.refusals.note(Refusals.id(bucket, limit, windowS, opts.blockS), limit, v);
+    return this.peekNow(bucket, limit, windowS, opts.blockS);
   }
 
-  async check(checks: readonly Check[], reads: readonly string[] = []): Promise<CheckResult> {
+  /** Answers at once (no promise): the embedded store's request path never waits a tick for its counters. */
+  check(checks: readonly Check[], reads: readonly string[] = []): CheckResult {
     const verdicts: Array<Verdict | undefined> = [];
     let open = true;
-    for (const c of checks) {
-      const v = !open ? undefined : c.peek ? await this.peek(c.bucket, c.limit, c.windowS, c) : await this.consume(c.bucket, c.limit, c.windowS, { blockS: c.blockS });
+    for (let i = 0; i < checks.length; i++) {
+      const c = checks[i]!;
+      const v = !open ? undefined : c.peek ? this.peekNow(c.bucket, c.limit, c.windowS, c.blockS) : this.consumeNow(c.bucket, c.limit, c.windowS, 1, c.blockS);
       if (v && !v.allowed) open = false;
       verdicts.push(v);
     }
-    return { verdicts, values: await Promise.all(reads.map((k) => this.get(k))) };
+    const values: Array<number | undefined> = [];
+    for (let i = 0; i < reads.length; i++) values.push(this.value(reads[i]!));
+    return { verdicts, values };
   }
 
   refused(bucket: string, limit: number, windowS: number, opts: { blockS?: number; next?: boolean } = {}): boolean {
@@ -64,6 +98,11 @@ export class MemoryCounters implements Counters {
     return e;
   }
 
+  private value(key: string): number | undefined {
+    const e = this.live(key);
+    return e === undefined ? undefined : Number(e.value);
+  }
+
   async incr(key: string, amount: number, ttlS: number): Promise<number> {
     const e = this.live(key);
     if (e) return (e.value = Number(e.value) + amount);
@@ -72,8 +111,7 @@ export class MemoryCounters implements Counters {
   }
 
   async get(key: string): Promise<number | undefined> {
-    const e = this.live(key);
-    return e === undefined ? undefined : Number(e.value);
+    return this.value(key);
   }
 
   async seed(key: string, value: number, ttlS: number): Promise<number> {
@@ -94,21 +132,5 @@ export class MemoryCounters implements Counters {
 
   async close(): Promise<void> {
     clearInterval(this.sweep);
-  }
-}
-
-/** A window read without counting (rate-limiter-flexible's `get`): null means nothing counted yet. */
-export function peekVerdict(limit: number, res: RateLimiterRes | null): Verdict {
-  return res ? { allowed: res.consumedPoints <= limit, count: res.consumedPoints, msLeft: res.msBeforeNext } : { allowed: true, count: 0, msLeft: 0 };
-}
-
-/** rate-limiter-flexible resolves within the limit and rejects with a RateLimiterRes beyond it. */
-export async function toVerdict(limit: number, p: Promise<RateLimiterRes>): Promise<Verdict> {
-  try {
-    const res = await p;
-    return { allowed: true, count: res.consumedPoints, msLeft: res.msBeforeNext };
-  } catch (err) {
-    if (err instanceof RateLimiterRes) return { allowed: false, count: Math.max(err.consumedPoints, limit + 1), msLeft: err.msBeforeNext };
-    throw err;
   }
 }

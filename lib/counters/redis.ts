@@ -1,14 +1,14 @@
 // Counters in Redis, shared by every sluice process of a deployment, so limits, budgets, the IP
 // block and auto sessions hold jointly (CONTRACT §2 scale-out). While Redis is unreachable each
-// process keeps going on its in-memory counters (rate-limiter-flexible's insurance limiter and
-// MemoryCounters), says so once in the log and in /health, and returns to Redis when it is back.
+// process keeps going on its in-memory counters (MemoryCounters, the same fixed windows), says so
+// once in the log and in /health, and returns to Redis when it is back.
 // The client never queues commands offline: a request must not wait for a Redis that is away.
 
 import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { RateLimiterRedis } from 'rate-limiter-flexible';
+import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import type { Check, CheckResult, Counters, Verdict } from './counters.ts';
-import { MemoryCounters, peekVerdict, toVerdict } from './memory.ts';
+import { MemoryCounters } from './memory.ts';
 import { Refusals } from './refusals.ts';
 
 const DEFAULT_PREFIX = 'sluice:';
@@ -116,7 +116,9 @@ export class RedisCounters implements Counters {
     if (!l) {
       l = new RateLimiterRedis({
         storeClient: this.client, keyPrefix: `${this.prefix}rl:${id}`, points: limit, duration: windowS, blockDuration: blockS,
-        rejectIfRedisNotReady: true, insuranceLimiter: this.fallback.limiter(limit, windowS, blockS),
+        // No insurance limiter: while Redis is away, consume and peek count in the fallback's
+        // windows (either()), the same ones its check reads.
+        rejectIfRedisNotReady: true,
       });
       this.limiters.set(id, l);
     }
@@ -124,12 +126,18 @@ export class RedisCounters implements Counters {
   }
 
   async consume(bucket: string, limit: number, windowS: number, opts: { points?: number; blockS?: number } = {}): Promise<Verdict> {
-    const v = await toVerdict(limit, this.limiter(limit, windowS, opts.blockS).consume(bucket, opts.points ?? 1));
+    const v = await this.either(
+      () => toVerdict(limit, this.limiter(limit, windowS, opts.blockS).consume(bucket, opts.points ?? 1)),
+      () => this.fallback.consume(bucket, limit, windowS, opts),
+    );
     return this.refusals.note(Refusals.id(bucket, limit, windowS, opts.blockS), limit, v);
   }
 
   async peek(bucket: string, limit: number, windowS: number, opts: { blockS?: number } = {}): Promise<Verdict> {
-    const v = peekVerdict(limit, await this.limiter(limit, windowS, opts.blockS).get(bucket));
+    const v = await this.either(
+      async () => peekVerdict(limit, await this.limiter(limit, windowS, opts.blockS).get(bucket)),
+      () => this.fallback.peek(bucket, limit, windowS, opts),
+    );
     return this.refusals.note(Refusals.id(bucket, limit, windowS, opts.blockS), limit, v);
   }
 
@@ -155,7 +163,7 @@ export class RedisCounters implements Counters {
         return v === '' ? undefined : Number(v);
       });
       return { verdicts, values };
-    }, () => this.fallback.check(checks, reads));
+    }, async () => this.fallback.check(checks, reads));
     checks.forEach((c, i) => {
       const v = result.verdicts[i];
       if (v) this.refusals.note(Refusals.id(c.bucket, c.limit, c.windowS, c.blockS), c.limit, v);
@@ -218,5 +226,21 @@ export class RedisCounters implements Counters {
     this.closing = true;
     await this.fallback.close();
     this.client.disconnect();
+  }
+}
+
+/** A window read without counting (rate-limiter-flexible's `get`): null means nothing counted yet. */
+function peekVerdict(limit: number, res: RateLimiterRes | null): Verdict {
+  return res ? { allowed: res.consumedPoints <= limit, count: res.consumedPoints, msLeft: res.msBeforeNext } : { allowed: true, count: 0, msLeft: 0 };
+}
+
+/** rate-limiter-flexible resolves within the limit and rejects with a RateLimiterRes beyond it. */
+async function toVerdict(limit: number, p: Promise<RateLimiterRes>): Promise<Verdict> {
+  try {
+    const res = await p;
+    return { allowed: true, count: res.consumedPoints, msLeft: res.msBeforeNext };
+  } catch (err) {
+    if (err instanceof RateLimiterRes) return { allowed: false, count: Math.max(err.consumedPoints, limit + 1), msLeft: err.msBeforeNext };
+    throw err;
   }
 }

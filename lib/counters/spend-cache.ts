@@ -22,9 +22,10 @@ interface Tally {
   reading?: Promise<void>;
 }
 
-export type SpendCounters = Pick<Counters, 'get' | 'incr' | 'seed'>;
+/** What `now` answers for a counter this process has not read yet. */
+export const UNREAD = Symbol('unread');
 
-export class SpendCache implements SpendCounters {
+export class SpendCache {
   private readonly counters: Counters;
   private readonly tallies = new Map<string, Tally>();
   private readonly readTtlMs: number;
@@ -61,10 +62,22 @@ export class SpendCache implements SpendCounters {
     return t.reading;
   }
 
-  async get(key: string): Promise<number | undefined> {
+  /**
+   * What this process knows of the counter, at once: `UNREAD` when it never learned it (get()
+   * must read it first). A stale value is answered too, and refreshed behind.
+   */
+  now(key: string): number | undefined | typeof UNREAD {
     const t = this.tally(key);
-    if (!t.known) await this.read(key, t);
-    else if (performance.now() - t.at >= this.readTtlMs) this.read(key, t).catch(() => {}); // stale: answer now, refresh behind
+    if (!t.known) return UNREAD;
+    if (performance.now() - t.at >= this.readTtlMs) this.read(key, t).catch(() => {});
+    return this.total(t);
+  }
+
+  async get(key: string): Promise<number | undefined> {
+    const v = this.now(key);
+    if (v !== UNREAD) return v;
+    const t = this.tally(key);
+    await this.read(key, t);
     return this.total(t);
   }
 
@@ -84,8 +97,8 @@ export class SpendCache implements SpendCounters {
     return this.total(t)!;
   }
 
-  /** Counts `amount` here at once; the backing gets it with the next flush. */
-  async incr(key: string, amount: number, ttlS: number): Promise<number> {
+  /** Counts `amount` here at once (no promise); the backing gets it with the next flush. */
+  incr(key: string, amount: number, ttlS: number): number {
     const t = this.tally(key);
     t.pending += amount;
     t.ttlS = ttlS;

@@ -76,9 +76,14 @@ for (const kind of ['memory', 'redis'] as const) {
       const month = profile('monthish', 10, 100);
       await b.rows('dayish', [40, '2025-03-03T12:00:00Z'], [5, '2025-03-15T08:00:00Z']);
       await b.rows('monthish', [88, '2025-03-03T12:00:00Z'], [5, '2025-03-15T08:00:00Z']);
-      let s = await b.budget.state(day);
+      const first = b.budget.state(day);
+      t.ok(first instanceof Promise, 'the first state reads (and seeds) the windows');
+      let s = await first;
       t.match(s, { day_usd: 5, month_usd: 45, degradation: 'none', blocked: false });
       t.equal(s.percent, 50, 'day 50 % beats month 45 %');
+      const known = b.budget.state(day);
+      t.notOk(known instanceof Promise, 'once known, the state answers at once');
+      t.match(known, { day_usd: 5, month_usd: 45 });
       await b.spend('dayish', 3);
       s = await b.budget.state(day);
       t.equal(s.percent, 80);
@@ -88,6 +93,18 @@ for (const kind of ['memory', 'redis'] as const) {
       t.equal(s.degradation, 'max-tokens');
       t.equal(new Date(s.dayResetAt).toISOString(), '2025-03-16T00:00:00.000Z');
       t.equal(new Date(s.monthResetAt).toISOString(), '2025-04-01T00:00:00.000Z');
+    });
+
+    t.test('adds: the first of a window seeds it (a promise), the next are counted at once', async (t) => {
+      const b = await setup(t, kind, '2025-03-15T10:00:00Z');
+      const p = profile('adds', 10, 100);
+      await b.rows('adds', [2, '2025-03-15T08:00:00Z']);
+      const first = b.budget.add('adds', 1, b.clock.now);
+      t.ok(first instanceof Promise);
+      await first;
+      t.equal(b.budget.add('adds', 0.25, b.clock.now), undefined, 'no promise once seeded');
+      t.equal(b.budget.add('adds', 0, b.clock.now), undefined, 'nothing to count');
+      t.match(b.budget.state(p), { day_usd: 3.25, month_usd: 3.25 }, 'the store\'s 2 + 1 + 0.25, at once');
     });
 
     t.test('the state at each threshold', async (t) => {

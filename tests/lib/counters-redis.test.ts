@@ -151,6 +151,12 @@ t.test('while Redis is cut: answers from memory, promptly, degraded; then back t
   t.match(await within(bound, 'consume', c.consume(tight, 1, 60)), { allowed: true });
   t.match(await within(bound, 'consume', c.consume(tight, 1, 60)), { allowed: false }, 'limits still hold in memory');
   t.match(await within(bound, 'peek', c.peek(tight, 1, 60)), { allowed: false });
+  // The IP block's two halves meet in memory too: failures counted by consume (with a block) are
+  // what the request step's check peeks at.
+  const blocked = unique('blocked');
+  for (let i = 0; i < 3; i++) await within(bound, 'consume', c.consume(blocked, 2, 600, { blockS: 600 }));
+  const seen = await within(bound, 'check', Promise.resolve(c.check([{ bucket: blocked, limit: 2, windowS: 600, blockS: 600, peek: true }])));
+  t.match(seen.verdicts[0], { allowed: false, count: 3 }, "check's peek sees the block consume counted while Redis was away");
   t.equal(await within(bound, 'seed', c.seed(unique('seed'), 3, 600)), 3);
   await within(bound, 'setText', c.setText('text', 'fast', 600));
   t.equal(await within(bound, 'getText', c.getText('text')), 'fast');

@@ -85,7 +85,7 @@ for (const kind of ['sqlite', 'postgres'] as const) {
     t.match(rows.find((r) => r.id === a.id), { cost_usd: 0.025, cost_source: 'upstream' });
     t.match(rows.find((r) => r.id === b.id), { cost_usd: 0.02, cost_source: 'upstream' }, 'a lower figure too');
     t.equal(await s.dayCounter(), micro(0.025), 'dev spend rose by the difference');
-    t.equal(await s.budget.state(s.config.profiles.get('dev')!).then((x) => x.day_usd), 0.025);
+    t.equal((await s.budget.state(s.config.profiles.get('dev')!)).day_usd, 0.025);
     t.strictSame(await s.store.reconcileCounts(), { pending: 1, reconciled: 2, abandoned: 0 });
 
     // The router refuses (401): counted as failed lookups, logged once, abandoned at the give-up time.
