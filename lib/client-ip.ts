@@ -53,7 +53,8 @@ export function clientIp(socketAddress: string | undefined, xff: string | string
 /** The bucket an address counts in for the auth-failure block: IPv4 whole, IPv6 by its /64. */
 export function ipBlockBucket(ip: string): string {
   ip = normalizeIp(ip);
-  if (!isIPv6(ip)) return ip;
+  // Every IPv6 address has a colon and no IPv4 one does: the common case skips the IPv6 grammar.
+  if (!ip.includes(':') || !isIPv6(ip)) return ip;
   const zone = ip.indexOf('%');
   if (zone >= 0) ip = ip.slice(0, zone); // a zone index names the interface, not the network
   // An embedded IPv4 tail (`::1.2.3.4`) stands for two groups; spell it as hex so the count is right.

@@ -114,6 +114,27 @@ t.test('the body object: small members decoded, large ones on first read, JSON.p
   t.equal(dup.a, 3, 'the last duplicate wins');
 });
 
+t.test('lazy members of every body share one getter and setter per name (one hidden class, not one per body)', async (t) => {
+  const big = JSON.stringify('y'.repeat(1000));
+  const a = body(`{"model":"a","messages":${big}}`);
+  const b = body(`{"model":"b","messages":${big}}`);
+  const da = Object.getOwnPropertyDescriptor(a, 'messages')!;
+  const db = Object.getOwnPropertyDescriptor(b, 'messages')!;
+  t.equal(da.get, db.get, 'the same getter');
+  t.equal(da.set, db.set, 'the same setter');
+  t.equal(a.messages, 'y'.repeat(1000), 'each finds its own body through `this`');
+  t.equal(Object.getOwnPropertyDescriptor(a, 'messages')!.value, 'y'.repeat(1000), 'a data property once read');
+  t.equal(Object.getOwnPropertyDescriptor(b, 'messages')!.get, db.get, 'the other body is not touched');
+  b.messages = 'set';
+  t.equal(b.messages, 'set');
+  t.same(JSON.parse(encodeBody(b).toString()), { model: 'b', messages: 'set' });
+  // Past the shared names, a name gets a pair of its own and behaves the same.
+  const many = Object.fromEntries(Array.from({ length: 300 }, (_, i) => [`k${i}`, 'z'.repeat(600)]));
+  const m = body(JSON.stringify(many));
+  t.equal(m.k299, 'z'.repeat(600));
+  t.same(m, many, 'deep-equal to what JSON.parse gives');
+});
+
 t.test('encodeBody: untouched members keep their bytes; changes are spliced', async (t) => {
   const big = JSON.stringify({ role: 'user', content: 'é "quoted" \\ '.repeat(100) });
   const text = `{"model":"sluice/fast", "messages":[${big}], "max_tokens":99999,"a":1,"a":2,"meta":{"k":1}}`;
