@@ -151,17 +151,9 @@ class Collector {
   add(grain: Grain, first: string, last: string, dim: string, key: string, sums: Sums, note = ''): void {
     const bucket = bucketOf(grain, first);
     const id = `${grain}${bucket}${SEP}${dim}${SEP}${key}`;
-    const r = this.rollups.get(id);
-    if (!r) {
-      this.rollups.set(id, { grain, bucket, dim, key, ...sums, first_ts: first, last_ts: last, note });
-      return;
-    }
-    addSums(r, sums);
-    if (first < r.first_ts) r.first_ts = first;
-    if (last >= r.last_ts) {
-      r.last_ts = last;
-      r.note = note;
-    }
+    let r = this.rollups.get(id);
+    if (!r) this.rollups.set(id, (r = { grain, bucket, dim, key, ...ZERO_SUMS, first_ts: first, last_ts: last, note }));
+    merge(r, first, last, sums, note);
   }
 
   addHist(grain: Grain, ts: string, dim: string, key: string, metric: Metric, idx: number, n: number): void {
@@ -186,8 +178,11 @@ function bucketOf(grain: Grain, ts: string): string {
 /** Histogram counts by bucket index (0 … HIST_MAX). */
 type Counts = Float64Array;
 
+/** Sums seen between two times, with the latest-wins note: a rollup row's running figures. */
+type Span = Sums & { first_ts: string; last_ts: string; note: string };
+
 /** One (dim, key) of one hour: what the groups and rows counted under it add up to. */
-interface Entry { grains: Grain[]; dim: string; key: string; sums: Sums; first: string; last: string; note: string }
+type Entry = Span & { grains: Grain[]; dim: string; key: string };
 
 /**
  * One UTC hour of a batch: its entries and its histograms (per dim, key and metric). Days and all
@@ -216,7 +211,7 @@ function newHour(ts: string): Hour {
 function entry(h: Hour, grains: Grain[], dim: string, key: string): Entry {
   const id = dim + SEP + key;
   let e = h.entries.get(id);
-  if (!e) h.entries.set(id, (e = { grains, dim, key, sums: { ...ZERO_SUMS }, first: '\uffff', last: '', note: '' }));
+  if (!e) h.entries.set(id, (e = { grains, dim, key, ...ZERO_SUMS, first_ts: '\uffff', last_ts: '', note: '' }));
   return e;
 }
 
@@ -232,13 +227,13 @@ function addSums(into: Sums, s: Sums): void {
   into.cost_usd += s.cost_usd;
 }
 
-/** Adds sums seen between `first` and `last` to an entry (a later addition's note wins a tie, as row by row). */
-function merge(e: Entry, first: string, last: string, s: Sums, note: string): void {
-  addSums(e.sums, s);
-  if (first < e.first) e.first = first;
-  if (last >= e.last) {
-    e.last = last;
-    e.note = note;
+/** Adds sums seen between `first` and `last` (a later addition's note wins a tie, as row by row). */
+function merge(into: Span, first: string, last: string, s: Sums, note: string): void {
+  addSums(into, s);
+  if (first < into.first_ts) into.first_ts = first;
+  if (last >= into.last_ts) {
+    into.last_ts = last;
+    into.note = note;
   }
 }
 
@@ -349,7 +344,7 @@ export class RequestAggregator {
     flush(this.groups);
     const c = new Collector();
     for (const h of this.hours.values()) {
-      for (const e of h.entries.values()) for (const gr of e.grains) c.add(gr, e.first, e.last, e.dim, e.key, e.sums, e.note);
+      for (const e of h.entries.values()) for (const gr of e.grains) c.add(gr, e.first_ts, e.last_ts, e.dim, e.key, e, e.note);
       for (const e of h.hist.values()) {
         for (let idx = 0; idx <= HIST_MAX; idx++) {
           const n = e.counts[idx];

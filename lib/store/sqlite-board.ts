@@ -5,7 +5,7 @@
 // second at most. Never returns a key or a prompt.
 
 import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
-import { auditDeltas, costDeltas, requestDeltas, type Deltas } from './rollups.ts';
+import { auditDeltas, costDeltas, RequestAggregator, requestDeltas, type Deltas } from './rollups.ts';
 import type { AuditRow, BoardStore, BoardSum, RequestRow } from './store.ts';
 
 type Raw = Record<string, unknown>;
@@ -258,15 +258,14 @@ export function sqliteBoard(db: DatabaseSync): BoardStore {
       const p = backfillPosition(s);
       if (p.from < p.upto) {
         // Row by row through the aggregation: no row of the slice outlives it.
+        const agg = new RequestAggregator();
         let last: unknown[] | undefined;
-        const read = function* () {
-          for (const a of s.requestsByTs.iterate(p.from, p.upto, p.at[0], p.at[1], limit) as Iterable<unknown[]>) {
-            rows++;
-            last = a;
-            yield backfillRow(a);
-          }
-        };
-        apply(s, requestDeltas(read()));
+        for (const a of s.requestsByTs.iterate(p.from, p.upto, p.at[0], p.at[1], limit) as Iterable<unknown[]>) {
+          rows++;
+          last = a;
+          agg.add(backfillRow(a));
+        }
+        apply(s, agg.deltas());
         if (last) s.setState.run(JSON.stringify([last[2], Number(last[0])]), 'requests_ts_cursor');
         // The last slice: the legacy cursor jumps to the end, which is what "done" reads.
         if (rows < limit) s.setState.run(String(p.upto), 'requests_cursor');
