@@ -1,9 +1,10 @@
-// `npm run bench:board [-- --rows 1000000,10000000 --store sqlite|postgres|both --shape spread|busy|both --requests 20]`:
-// seeds N request rows into a 0.3.0-shaped store (bulk SQL, several profiles, tiers, models,
-// sessions, tools and runs; `spread`: over 35 days; `busy`: the same with a tenth of them in the
-// last hour), upgrades it and builds the rollups with the store's own backfill (the same
-// aggregation the write path uses; its rows/s, slices alone, is reported), then times
-// `GET /api/summary` (and `GET /` when the page is registered) on a real running gateway. Prints a Markdown table.
+// `npm run bench:board [-- --rows 1000000,10000000 --store sqlite|postgres|both
+// --shape spread|busy|both --requests 20]`: seeds N request rows into a 0.3.0-shaped store (bulk
+// SQL, several profiles, tiers, models, sessions, tools and runs; `spread`: over 35 days; `busy`:
+// the same with a tenth of them in the last hour), upgrades it and builds the rollups with the
+// store's own backfill (the same aggregation the write path uses; its rows/s, slices alone, is
+// reported), then times `GET /api/summary` (and `GET /` when the page is registered) on a real
+// running gateway. Prints a Markdown table.
 // Removes every temporary directory and database it made, on error too.
 
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';

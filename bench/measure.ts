@@ -14,16 +14,17 @@ import { CLK_TCK, LATENCY_RATE, LATENCY_RATES, log, PIN, ROUNDS, SECONDS, WARMUP
 /** The load generator (bench/load.ts), a child process taking one job at a time. */
 export type LoadClient = Loader<Omit<LoadJob, 'id'>, LoadResult>;
 
-/**
- * utime and stime of a process (all its threads), in microseconds. With `thread`, of that thread
- * alone: the main thread (thread id = pid) is the event loop; the rest are V8's helpers (GC,
- * compiler) and sluice's SQLite worker.
- */
-function cpuUs(pid: number, thread?: number): { user: number; sys: number } {
-  const stat = readFileSync(thread === undefined ? `/proc/${pid}/stat` : `/proc/${pid}/task/${thread}/stat`, 'utf8');
+/** The name, utime and stime (µs) in a /proc stat file (of a process, or of one of its threads). */
+function readStat(path: string): { name: string; user: number; sys: number } {
+  const stat = readFileSync(path, 'utf8');
   const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   // Fields after the command name start at field 3 (state); utime is field 14, stime field 15.
-  return { user: (Number(rest[11]) * 1e6) / CLK_TCK, sys: (Number(rest[12]) * 1e6) / CLK_TCK };
+  return { name: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')), user: (Number(rest[11]) * 1e6) / CLK_TCK, sys: (Number(rest[12]) * 1e6) / CLK_TCK };
+}
+
+/** utime and stime of a process (all its threads), in microseconds. */
+function cpuUs(pid: number): { user: number; sys: number } {
+  return readStat(`/proc/${pid}/stat`);
 }
 
 /** Which part of the process a thread is, by its name (/proc/<pid>/task/<tid>/comm). */
@@ -34,7 +35,10 @@ function threadKind(pid: number, tid: string, name: string): string {
   return 'other';
 }
 
-/** CPU µs of each kind of thread (main, V8 helpers: GC and compiler, the SQLite store thread, other). */
+/**
+ * CPU µs of each kind of thread: main (thread id = pid, the event loop), V8 helpers (GC and
+ * compiler), the SQLite store thread, other.
+ */
 function threadsUs(pid: number): Map<string, number> {
   const out = new Map<string, number>();
   let tids: string[] = [];
@@ -45,11 +49,9 @@ function threadsUs(pid: number): Map<string, number> {
   }
   for (const tid of tids) {
     try {
-      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
-      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
-      const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      const kind = threadKind(pid, tid, name);
-      out.set(kind, (out.get(kind) ?? 0) + ((Number(rest[11]) + Number(rest[12])) * 1e6) / CLK_TCK);
+      const t = readStat(`/proc/${pid}/task/${tid}/stat`);
+      const kind = threadKind(pid, tid, t.name);
+      out.set(kind, (out.get(kind) ?? 0) + t.user + t.sys);
     } catch {
       // the thread ended between the listing and the read
     }
@@ -142,8 +144,6 @@ export interface Measure {
   cpu: number;
   /** The system (kernel) part of `cpu`. */
   cpuSys: number;
-  /** The main thread's (the event loop's) part of `cpu`. */
-  cpuMain: number;
   /** `cpu` by kind of thread: main, V8 helpers (GC, compiler), store thread, other. */
   cpuThreads: Map<string, number>;
   /** CPU µs per request of the sim process during the same slices (the sim is behind every target). */
@@ -177,7 +177,7 @@ function median(xs: number[]): number {
 export async function measureScenario(load: LoadClient, sim: Server, targets: Target[], s: Scenario): Promise<Map<string, Measure>> {
   const sliceMs = (SECONDS * 1000) / ROUNDS;
   const acc = new Map(targets.map((t) => [t.name, {
-    rps: [] as number[], n: 0, user: 0, sys: 0, main: 0, sim: 0, load: 0, failures: 0, threads: new Map<string, number>(),
+    rps: [] as number[], n: 0, user: 0, sys: 0, sim: 0, load: 0, failures: 0, threads: new Map<string, number>(),
     samples: new Map<number, number[]>(LATENCY_RATES.map((r) => [r, []])), eld: [] as EldMark[],
   }]));
   const tally = (t: Target, r: LoadResult, what: string) => {
@@ -197,7 +197,6 @@ export async function measureScenario(load: LoadClient, sim: Server, targets: Ta
       pin(t.server.pid, [sim.pid, load.pid, ...targets.map((x) => x.server.pid)]);
       const a = acc.get(t.name)!;
       const c0 = cpuUs(t.server.pid);
-      const m0 = cpuUs(t.server.pid, t.server.pid);
       const th0 = threadsUs(t.server.pid);
       const s0 = cpuUs(sim.pid);
       const l0 = cpuUs(load.pid);
@@ -205,7 +204,6 @@ export async function measureScenario(load: LoadClient, sim: Server, targets: Ta
       const r = await load.run({ ...jobFor(t, s), mode: 'closed', connections: s.connections, durationMs: sliceMs });
       a.eld.push(...(await eldMark(t)));
       const c1 = cpuUs(t.server.pid);
-      const m1 = cpuUs(t.server.pid, t.server.pid);
       for (const [k, v] of threadsUs(t.server.pid)) a.threads.set(k, (a.threads.get(k) ?? 0) + v - (th0.get(k) ?? 0));
       const s1 = cpuUs(sim.pid);
       const l1 = cpuUs(load.pid);
@@ -214,7 +212,6 @@ export async function measureScenario(load: LoadClient, sim: Server, targets: Ta
       a.n += r.ok + r.non2xx;
       a.user += c1.user - c0.user;
       a.sys += c1.sys - c0.sys;
-      a.main += m1.user + m1.sys - m0.user - m0.sys;
       a.sim += s1.user + s1.sys - s0.user - s0.sys;
       a.load += l1.user + l1.sys - l0.user - l0.sys;
     }
@@ -250,7 +247,7 @@ export async function measureScenario(load: LoadClient, sim: Server, targets: Ta
         gcMax: Math.max(...a.eld.map((e) => e.gc_max_ms)), gcMajor: Math.max(...a.eld.map((e) => e.gc_major_ms)), heap: Math.max(...a.eld.map((e) => e.heap_mib)),
       } : undefined,
       failures: a.failures,
-      cpu: (a.user + a.sys) / a.n, cpuSys: a.sys / a.n, cpuMain: a.main / a.n, simCpu: a.sim / a.n, loadCpu: a.load / a.n,
+      cpu: (a.user + a.sys) / a.n, cpuSys: a.sys / a.n, simCpu: a.sim / a.n, loadCpu: a.load / a.n,
       cpuThreads: new Map([...a.threads].map(([k, v]) => [k, v / a.n])),
     };
     const lat = [...lats].map(([rate, l]) => `@${rate} p50 ${l.p50.toFixed(2)} p99 ${l.p99.toFixed(2)}`).join('  ');

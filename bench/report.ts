@@ -133,7 +133,7 @@ export function report(
     for (const t of [sim, floor, floorU, floorH, sluice]) {
       const m = get(s, t);
       const lat = LATENCY_RATES.map((r) => { const l = m.lats.get(r)!; return `${l.p50.toFixed(2)} / ${l.p90.toFixed(2)} / ${l.p99.toFixed(2)} / ${l.max.toFixed(2)}`; }).join(' | ');
-      lines.push(`| ${s.title} | ${t.label} | ${fmt(m.rps)} | ${lat} | ${fmt(m.cpu - m.cpuSys)} + ${fmt(m.cpuSys)} | ${fmt(m.cpuMain)} | ${fmt(m.simCpu)} | ${fmt(m.loadCpu)} |`);
+      lines.push(`| ${s.title} | ${t.label} | ${fmt(m.rps)} | ${lat} | ${fmt(m.cpu - m.cpuSys)} + ${fmt(m.cpuSys)} | ${fmt(m.cpuThreads.get('main') ?? 0)} | ${fmt(m.simCpu)} | ${fmt(m.loadCpu)} |`);
     }
   }
   lines.push('', '</details>', '');

@@ -2,8 +2,9 @@
 // the rollups for every window, the newest RECENT_LIMIT raw rows (the costliest requests), the
 // budget counters, the usage snapshots and the health figures. Its cost does not grow with the
 // traffic of the current hour: "the last hour" is this clock hour's rollups plus the previous
-// hour's, weighted by the share of it inside the last 60 minutes (docs/board.md). Read-only, UTC throughout; it never puts a
-// key, a key prefix of a request, an upstream key or any prompt text into what it returns.
+// hour's, weighted by the share of it inside the last 60 minutes (docs/board.md). Read-only, UTC
+// throughout; it never puts a key, a key prefix of a request, an upstream key or any prompt text
+// into what it returns.
 
 import { authFailureState } from '../../plugins/ip-block.ts';
 import type { Budget, BudgetState } from '../budget.ts';
