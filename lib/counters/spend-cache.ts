@@ -54,12 +54,21 @@ export class SpendCache {
   }
 
   private read(key: string, t: Tally): Promise<void> {
-    t.reading ??= this.counters.get(key).then((v) => {
-      t.value = v;
-      t.at = performance.now();
-      t.known = true;
-    }).finally(() => (t.reading = undefined));
+    t.reading ??= this.counters.get(key).then((v) => this.learn(t, v)).finally(() => (t.reading = undefined));
     return t.reading;
+  }
+
+  /**
+   * Takes a value read from the backing, unless an increment is in flight: the read may or may not
+   * include it (the backing may have applied it and not answered yet), so taking it would count
+   * that increment twice or lose it. The increment's own answer brings the total instead. One
+   * connection answers in order, so with nothing in flight the value includes every increment sent.
+   */
+  private learn(t: Tally, v: number | undefined): void {
+    if (t.flying > 0) return;
+    t.value = v;
+    t.at = performance.now();
+    t.known = true;
   }
 
   /**
@@ -77,16 +86,13 @@ export class SpendCache {
     const v = this.now(key);
     if (v !== UNREAD) return v;
     const t = this.tally(key);
-    await this.read(key, t);
+    while (!t.known) await this.read(key, t); // a read overlapping an increment is not taken
     return this.total(t);
   }
 
   /** A value read elsewhere, in the same round trip as other work (plugins/rate-limit.ts). */
   observe(key: string, value: number | undefined): void {
-    const t = this.tally(key);
-    t.value = value;
-    t.at = performance.now();
-    t.known = true;
+    this.learn(this.tally(key), value);
   }
 
   async seed(key: string, value: number, ttlS: number): Promise<number> {

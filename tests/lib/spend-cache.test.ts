@@ -94,3 +94,37 @@ t.test('old windows are forgotten', async (t) => {
   t.notOk(tallies.has('yesterday'));
   t.ok(tallies.has('today'));
 });
+
+t.test('a read that overlaps an increment in flight is not taken: the increment counts once', async (t) => {
+  // Redis applies INCRBY at once but RedisCounters answers only after its EXPIRE: a GET or the
+  // request step's read in between already includes the increment still counted as in flight.
+  const inner = new MemoryCounters();
+  t.teardown(() => inner.close());
+  const held: Array<() => void> = [];
+  const counters = {
+    get: (k: string) => inner.get(k),
+    seed: (k: string, v: number, ttl: number) => inner.seed(k, v, ttl),
+    incr: async (k: string, a: number, ttl: number) => {
+      const total = await inner.incr(k, a, ttl);
+      await new Promise<void>((r) => held.push(r));
+      return total;
+    },
+  } as unknown as Counters;
+  const c = new SpendCache(counters, { readTtlMs: 0 });
+  t.equal(await c.get('day'), undefined);
+  c.incr('day', 2, 60);
+  await turn(); // flushed: applied in the backing, not answered
+  t.equal(await inner.get('day'), 2, 'the backing holds it');
+  c.observe('day', 2); // the request step read it
+  t.equal(c.now('day'), 2, 'an observed value overlapping the flight is not taken');
+  await turn(); // the stale refresh now() started has answered
+  t.equal(c.now('day'), 2, 'nor is a refresh');
+  c.incr('day', 1.5, 60);
+  t.equal(c.now('day'), 3.5, 'pending counts at once, in flight once');
+  await turn();
+  t.equal(held.length, 2, 'both increments in flight');
+  for (const r of held.splice(0)) r();
+  await c.flush();
+  t.equal(c.now('day'), 3.5, 'the answers bring the total');
+  t.equal(await inner.get('day'), 3.5);
+});
