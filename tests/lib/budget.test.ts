@@ -43,10 +43,7 @@ const iso = (s: string) => new Date(Date.parse(s)).toISOString();
 type Kind = 'memory' | 'redis';
 
 async function freshCounters(t: Test, kind: Kind): Promise<Counters> {
-  // A generous command timeout: on a loaded CI machine a command past the default 1 s falls back to
-  // process memory (degraded mode, tested in counters-redis.test.ts), and these sums would then
-  // mix the two. This file tests the budget's arithmetic, not the fallback.
-  if (kind === 'redis') return openRedisCounters(t, { commandTimeoutMs: 10_000 });
+  if (kind === 'redis') return openRedisCounters(t);
   const c = new MemoryCounters();
   t.teardown(() => c.close());
   return c;
