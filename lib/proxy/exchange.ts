@@ -9,6 +9,7 @@ import { rowCost, type Catalog, type Prices } from '../catalog.ts';
 import type { Ctx } from '../context.ts';
 import { GatewayError, renderError, streamErrorEvent, type ErrorCode } from '../errors.ts';
 import type { Outcome, RequestRow } from '../store/store.ts';
+import type { OpenList } from './open-list.ts';
 import { UsageTap, usageOf } from './usage-tap.ts';
 
 /** The exchange an emitter (client request and response, upstream request and response) belongs to. */
@@ -22,7 +23,7 @@ export interface ExchangeCore {
   catalog: Pick<Catalog, 'prices'>;
   tierPrices: Map<string, Prices>;
   /** Exchanges between forward() and their row: what a shutdown must end. */
-  open: Set<Exchange>;
+  open: OpenList<Exchange>;
 }
 
 /** Response headers that are the hop's own, not the body's. */
@@ -47,6 +48,8 @@ export class Exchange {
   upstreamOptions: object | null = null;
   /** The response is an SSE stream (set once the upstream's headers arrived). */
   isStream = false;
+  /** Its place in core.open. */
+  slot = -1;
 
   constructor(ctx: Ctx, core: ExchangeCore) {
     this.ctx = ctx;

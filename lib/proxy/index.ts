@@ -15,6 +15,7 @@ import type { Config } from '../config.ts';
 import type { Ctx } from '../context.ts';
 import type { RequestRow } from '../store/store.ts';
 import { EXCHANGE, Exchange, type ExchangeCore } from './exchange.ts';
+import { OpenList } from './open-list.ts';
 import { bodyOf, headersOf, OneWrite, targetOf, upstreamTargets } from './upstream-request.ts';
 
 export { UsageTap, usageOf, type Usage } from './usage-tap.ts';
@@ -43,7 +44,7 @@ export function createProxy(deps: ProxyDeps) {
     catalog: deps.catalog,
     // Estimates price tier requests at the tier's prices; built once, not per row.
     tierPrices: new Map([...deps.config.tiers].map(([name, tier]) => [name, tierPrices(tier)])),
-    open: new Set(),
+    open: new OpenList(),
   };
   proxy.on('proxyReq', (proxyReq, req) => (req as Tagged)[EXCHANGE]?.sent(proxyReq));
   proxy.on('proxyRes', (proxyRes, req) => (req as Tagged)[EXCHANGE]?.respond(proxyRes));
@@ -104,7 +105,7 @@ export function createProxy(deps: ProxyDeps) {
      * upstream request is aborted and the row is made (outcome gateway_error).
      */
     interrupt(): void {
-      for (const ex of [...core.open]) ex.interrupt();
+      for (const ex of core.open.snapshot()) ex.interrupt();
     },
     /** Upstream sockets in use and idle in the keep-alive pool (leak checks, /health). */
     sockets(): { active: number; idle: number } {
