@@ -58,6 +58,7 @@ export function identify(ctx: Ctx): void {
       agentSession = ccSession ?? null;
     }
   }
-  ctx.endUser = user ? user.slice(0, MAX_LEN) : null;
+  // A NUL (JSON allows `\u0000`) becomes U+FFFD: Postgres text cannot hold one.
+  ctx.endUser = user ? user.slice(0, MAX_LEN).replaceAll('\0', '\ufffd') : null;
   ctx.session = explicit ?? agentSession;
 }

@@ -23,8 +23,6 @@ const SCHEMA_FILE = new URL('../../schema.sql', import.meta.url);
 const ACTIVE_NAME_INDEX = 'keys_active_profile_name';
 /** Rows returned by listAudit/listRequests when the caller gives no limit. */
 const DEFAULT_LIMIT = 100;
-/** Rows per INSERT statement: 28 columns each stays well under Postgres's 65535 parameters. */
-const INSERT_CHUNK = 2000;
 
 const REQUEST_COLUMNS = [
   'id', 'ts', 'endpoint', 'profile', 'key_prefix', 'end_user', 'session', 'run', 'tier',
@@ -32,6 +30,34 @@ const REQUEST_COLUMNS = [
   'cache_read_tokens', 'cache_write_tokens', 'reasoning_tokens', 'cost_usd', 'cost_source',
   'provider', 'degradation', 'generation_id', 'ttfb_ms', 'duration_ms', 'overhead_ms', 'tools',
 ] as const satisfies ReadonlyArray<keyof RequestRow>;
+
+/**
+ * A batch of rows goes as one JSON parameter that Postgres unpacks: a row's keys are its column
+ * names, and `tools`, an array, lands as its JSON text. Binding 28 parameters per row cost the
+ * event loop ~40 µs a row in the driver; JSON.stringify costs ~2. The parameter is typed text (as
+ * json, the driver would encode the string once more). Columns not named keep their defaults.
+ */
+const INSERT_REQUESTS = `INSERT INTO requests (${REQUEST_COLUMNS.join(', ')})
+  SELECT ${REQUEST_COLUMNS.join(', ')} FROM json_populate_recordset(NULL::requests, $1::text::json)
+  ON CONFLICT (id) DO NOTHING RETURNING id`;
+
+/**
+ * The batch as that JSON parameter. A NUL character, which Postgres text cannot hold, becomes
+ * U+FFFD first: a client's `user` field with a NUL must not make its batch, and every row queued
+ * behind it, unwritable (the rollups get the same safe rows). The check is one scan of the text.
+ */
+export function pgRows(rows: RequestRow[]): { rows: RequestRow[]; json: string } {
+  const json = JSON.stringify(rows);
+  if (!json.includes('\\u0000')) return { rows, json };
+  const safe = rows.map(withoutNul);
+  return { rows: safe, json: JSON.stringify(safe) };
+}
+
+function withoutNul(row: RequestRow): RequestRow {
+  const out: Record<string, unknown> = { ...row, tools: row.tools.map((t) => t.replaceAll('\0', '\ufffd')) };
+  for (const k in out) if (typeof out[k] === 'string') out[k] = (out[k] as string).replaceAll('\0', '\ufffd');
+  return out as unknown as RequestRow;
+}
 
 function toKey(raw: Raw): KeyRow {
   return {
@@ -175,17 +201,13 @@ export function openPostgresStore(url: string): Store {
 
     async insertRequests(rows: RequestRow[]) {
       if (rows.length === 0) return;
-      const values = rows.map((row) => ({ ...row, tools: JSON.stringify(row.tools) }));
-      const insert = (q: postgres.Sql, chunk: typeof values) =>
-        q`INSERT INTO requests ${q(chunk, ...REQUEST_COLUMNS)} ON CONFLICT (id) DO NOTHING RETURNING id`;
-      // Batches split across statements, but land together with their rollups or not at all.
+      const safe = pgRows(rows);
+      // The rows land together with their rollups or not at all.
       await sql.begin(async (tx) => {
         const inserted = new Set<string>();
-        for (let i = 0; i < values.length; i += INSERT_CHUNK) {
-          for (const r of await insert(tx as unknown as postgres.Sql, values.slice(i, i + INSERT_CHUNK))) inserted.add(r.id as string);
-        }
+        for (const r of await tx.unsafe(INSERT_REQUESTS, [safe.json])) inserted.add(r.id as string);
         // board: only rows actually inserted count toward the rollups (a replayed id is skipped)
-        await rollUpRequestsPostgres(tx, rows.filter((r) => inserted.has(r.id)), sql);
+        await rollUpRequestsPostgres(tx, safe.rows.filter((r) => inserted.has(r.id)), sql);
       });
     },
 

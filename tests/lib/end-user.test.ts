@@ -37,6 +37,7 @@ t.test('chat: `user` is the end user', async (t) => {
   t.same(who('chat', { model: 'm', user: 42 }), { endUser: null, session: null }, 'only a string counts');
   t.same(who('chat', { model: 'm', metadata: { user_id: 'x' } }), { endUser: null, session: null }, 'metadata is the messages dialect');
   t.same(who('chat', { model: 'm', user: 'u' }, { 'x-sluice-session': 'conv-1' }), { endUser: 'u', session: 'conv-1' });
+  t.same(who('chat', { model: 'm', user: 'a\u0000b\u0000' }), { endUser: 'a\ufffdb\ufffd', session: null }, 'a NUL becomes U+FFFD');
 });
 
 t.test('messages: metadata.user_id, Claude Code blobs reduced to cc:<session>', async (t) => {

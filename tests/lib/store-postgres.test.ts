@@ -25,3 +25,19 @@ async function open(t: Test): Promise<Store> {
 }
 
 storeContract(t, open);
+
+t.test('a NUL in a row\'s strings does not make its batch unwritable (Postgres text cannot hold one)', async (t) => {
+  const store = await open(t);
+  t.teardown(() => store.close());
+  const base = { endpoint: 'chat', profile: 'team', key_prefix: 'sluice_team_abcd', end_user: null, session: null, run: null, tier: null, requested_model: 'm', model: 'm', stream: false, status: 200, outcome: 'ok', input_tokens: 1, output_tokens: 1, cache_read_tokens: 0, cache_write_tokens: 0, reasoning_tokens: 0, cost_usd: 0.001, cost_source: 'estimate', provider: null, degradation: 'none', generation_id: null, ttfb_ms: 1, duration_ms: 2, overhead_ms: 0.1, tools: [] } as const;
+  const withNul = { ...base, id: '0190f000-0000-7000-8000-000000000001', ts: '2025-03-01T12:00:00.000Z', end_user: 'a\u0000b', provider: 'p\u0000', tools: ['t\u0000', 'the text \\u0000'] };
+  const plain = { ...base, id: '0190f000-0000-7000-8000-000000000002', ts: '2025-03-01T12:00:01.000Z', end_user: 'back\\u0000slash' };
+  await store.insertRequests([withNul, plain] as never);
+  const rows = await store.listRequests();
+  t.equal(rows.length, 2, 'both rows written');
+  const got = rows.find((r) => r.id === withNul.id)!;
+  t.equal(got.end_user, 'a\ufffdb', 'the NUL became U+FFFD');
+  t.equal(got.provider, 'p\ufffd');
+  t.strictSame(got.tools, ['t\ufffd', 'the text \\u0000'], 'in tools too; an escaped backslash before u0000 is text and stays');
+  t.equal(rows.find((r) => r.id === plain.id)!.end_user, 'back\\u0000slash', 'a row without a NUL is untouched');
+});
