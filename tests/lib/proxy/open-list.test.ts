@@ -4,21 +4,10 @@
 
 import t from 'tap';
 import { OpenList } from '../../../lib/proxy/open-list.ts';
+import { mulberry32 } from '../../helpers/random.ts';
 
 interface Item { id: number; slot: number }
 const item = (id: number): Item => ({ id, slot: -1 });
-
-/** mulberry32: a tiny seeded PRNG, so a failing sequence can be replayed. */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let x = a;
-    x = Math.imul(x ^ (x >>> 15), x | 1);
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const ids = (list: OpenList<Item>) => list.snapshot().map((i) => i.id).sort((a, b) => a - b);
 

@@ -9,18 +9,7 @@ import t from 'tap';
 import type { Dialect } from '../../../lib/errors.ts';
 import { startSimulatedRouter, type SimulatedRouter } from '../../../lib/sim/index.ts';
 import { UsageTap, type Usage } from '../../../lib/proxy/usage-tap.ts';
-
-/** mulberry32: a tiny seeded PRNG, so a failing cut set can be replayed. */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let x = a;
-    x = Math.imul(x ^ (x >>> 15), x | 1);
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 } from '../../helpers/random.ts';
 
 /** Feeds `body` cut at `cuts` (byte offsets, ascending, repeats give empty chunks). */
 function tapWith(dialect: Dialect, stream: boolean, body: Buffer, cuts: number[]): Usage {
