@@ -261,9 +261,11 @@ export type Change = { keep: true } | { drop: true } | { text: string };
 /**
  * The root object rebuilt: each member (by its index in `scan.members`) kept as its original bytes,
  * dropped, or given new value text; then `added` members appended. Whitespace between members is
- * not kept; everything inside an unchanged member is, byte for byte.
+ * not kept; everything inside an unchanged member is, byte for byte. The result is the text's parts
+ * in order, unchanged members as views of `buf` (nothing copied): whoever writes them decides
+ * whether to join them.
  */
-export function splice(buf: Buffer, members: readonly Member[], change: (m: Member, index: number) => Change, added: ReadonlyArray<[string, string]>): Buffer {
+export function splice(buf: Buffer, members: readonly Member[], change: (m: Member, index: number) => Change, added: ReadonlyArray<[string, string]>): Buffer[] {
   const parts: Buffer[] = [OPEN];
   let first = true;
   const sep = () => {
@@ -286,7 +288,7 @@ export function splice(buf: Buffer, members: readonly Member[], change: (m: Memb
     parts.push(Buffer.from(`${JSON.stringify(k)}:${text}`));
   }
   parts.push(CLOSE);
-  return Buffer.concat(parts);
+  return parts;
 }
 
 const OPEN = Buffer.from('{');

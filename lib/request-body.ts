@@ -1,8 +1,9 @@
 // The request body as plugins see it (`ctx.body`): a plain object with the body's top-level members,
 // built from one scan (lib/json-scan.ts) instead of a parse. Small members are decoded at once;
 // large ones (messages, tools, system) only when a plugin reads them. `encodeBody` gives the bytes
-// that go upstream: a body read from bytes is re-assembled from the original bytes of every member
-// no plugin touched, plus new text for the ones it changed; it never re-serialises the whole body.
+// that go upstream, as parts: a body read from bytes is re-assembled from views of the original
+// bytes of every member no plugin touched, plus new text for the ones it changed; it never
+// re-serialises the whole body, nor copies the untouched members.
 
 import { parseRange, splice, type Change, type Member, type Scan } from './json-scan.ts';
 
@@ -117,13 +118,14 @@ function untouched(body: Record<string, unknown>, origin: Origin, key: string): 
 }
 
 /**
- * The bytes to send for a body a plugin changed. A scanned body keeps the original bytes of every
- * member whose value is untouched; changed members get JSON.stringify of their new value; removed
- * ones go (every duplicate of the name); new ones are appended. Any other object: JSON.stringify.
+ * The bytes to send for a body a plugin changed, as parts to write in order. A scanned body keeps
+ * the original bytes of every member whose value is untouched; changed members get JSON.stringify
+ * of their new value; removed ones go (every duplicate of the name); new ones are appended. Any
+ * other object: JSON.stringify, in one part.
  */
-export function encodeBody(body: Record<string, any>): Buffer {
+export function encodeBody(body: Record<string, any>): Buffer[] {
   const origin = originOf(body);
-  if (!origin) return Buffer.from(JSON.stringify(body));
+  if (!origin) return [Buffer.from(JSON.stringify(body))];
   const { raw, last } = origin;
   const change = (m: Member): Change => {
     if (!Object.prototype.hasOwnProperty.call(body, m.key)) return { drop: true };

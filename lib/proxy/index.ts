@@ -77,7 +77,7 @@ export function createProxy(deps: ProxyDeps) {
     if (ex.reusedSocket && !ex.retried && !ex.timedOut && err.code === 'ECONNRESET' && !ex.ctx.res.destroyed) {
       ex.retried = true;
       const first = ex.upstreamOptions as WebOptions;
-      send(ex, { ...first, agent: false }, headersOf(ex.ctx, first.buffer.body.length));
+      send(ex, { ...first, agent: false }, headersOf(ex.ctx, first.buffer.length));
       return;
     }
     const code = ex.timedOut ? 'upstream_timeout' : 'upstream_unreachable';
@@ -91,7 +91,7 @@ export function createProxy(deps: ProxyDeps) {
       const ex = new Exchange(ctx, core);
       const body = bodyOf(ctx);
       const target = targetOf(targets, ctx);
-      const options: WebOptions = { target, agent: agents[target.protocol as 'http:' | 'https:'], buffer: new OneWrite(body) };
+      const options: WebOptions = { target, agent: agents[target.protocol as 'http:' | 'https:'], buffer: body };
       ex.upstreamOptions = options; // for its one retry
       send(ex, options, headersOf(ctx, body.length));
     },

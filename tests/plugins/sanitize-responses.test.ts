@@ -60,10 +60,10 @@ t.test("Codex's request: client_metadata goes, nothing else changes, input is ne
   t.same(ctx.removed, ['client_metadata']);
   t.equal(ctx.changed, true);
   t.type(Object.getOwnPropertyDescriptor(ctx.body!, 'input')?.get, 'function', 'input is still the lazy accessor: judged from the scan');
-  const sent = JSON.parse(encodeBody(ctx.body!).toString());
+  const sent = JSON.parse(Buffer.concat(encodeBody(ctx.body!)).toString());
   const { client_metadata: _gone, ...rest } = codex;
   t.strictSame(sent, rest, 'every other member arrives as sent');
-  t.ok(encodeBody(ctx.body!).includes(Buffer.from(JSON.stringify(codex.input))), 'input keeps its original bytes');
+  t.ok(Buffer.concat(encodeBody(ctx.body!)).includes(Buffer.from(JSON.stringify(codex.input))), 'input keeps its original bytes');
 });
 
 t.test('a request with nothing to remove is left alone', async (t) => {
