@@ -1,7 +1,9 @@
 // `npm run bench:board [-- --rows 1000000,10000000 --store sqlite|postgres|both
-// --shape spread|busy|both --requests 20]`: seeds N request rows into a 0.3.0-shaped store (bulk
-// SQL, several profiles, tiers, models, sessions, tools and runs; `spread`: over 35 days; `busy`:
-// the same with a tenth of them in the last hour), upgrades it and builds the rollups with the
+// --shape spread|busy|both --order time|random --requests 20]`: seeds N request rows into a
+// 0.3.0-shaped store (bulk SQL, several profiles, tiers, models, sessions, tools and runs; `spread`:
+// over 35 days; `busy`: the same with a tenth of them in the last hour; `time`: written in time
+// order, as a gateway writes them; `random`: in random time order, the worst case for a walk in
+// time order), upgrades it and builds the rollups with the
 // store's own backfill (the same aggregation the write path uses; its rows/s, slices alone, is
 // reported), then times `GET /api/summary` (and `GET /` when the page is registered) on a real
 // running gateway. Prints a Markdown table.
@@ -33,9 +35,11 @@ const STORES = (option('store') ?? 'both') === 'both' ? ['sqlite', 'postgres'] :
 const REQUESTS = Number(option('requests') ?? 20);
 type Shape = 'spread' | 'busy';
 const SHAPES: Shape[] = (option('shape') ?? 'both') === 'both' ? ['spread', 'busy'] : [option('shape') as Shape];
+type Order = 'time' | 'random';
+const ORDER = (option('order') ?? 'time') as Order;
 if (ROWS.some((n) => !Number.isInteger(n) || n < 1) || STORES.some((s) => s !== 'sqlite' && s !== 'postgres') || !(REQUESTS >= 1)
-  || SHAPES.some((s) => s !== 'spread' && s !== 'busy')) {
-  console.error('usage: npm run bench:board -- [--rows N[,N…]] [--store sqlite|postgres|both] [--shape spread|busy|both] [--requests K]');
+  || SHAPES.some((s) => s !== 'spread' && s !== 'busy') || (ORDER !== 'time' && ORDER !== 'random')) {
+  console.error('usage: npm run bench:board -- [--rows N[,N…]] [--store sqlite|postgres|both] [--shape spread|busy|both] [--order time|random] [--requests K]');
   process.exit(2);
 }
 
@@ -65,19 +69,31 @@ function select(mod: (a: string, b: number) => string, cat: (...p: string[]) => 
     CASE WHEN ${mod('q', 7)} = 0 THEN '["Bash","Read"]' WHEN ${mod('q', 7)} = 1 THEN '["get_weather"]' ELSE '[]' END`;
 }
 
-/** How far back a row lies (ms): spread over 35 days, or (busy) every tenth row in the last hour. */
-function agoExpr(shape: Shape, mod: (a: string, b: number) => string): string {
-  const spread = mod('q', 35 * DAY_MS);
-  return shape === 'spread' ? spread : `CASE WHEN ${mod('i', 10)} = 0 THEN ${mod('q', 3_600_000)} ELSE ${spread} END`;
+/**
+ * How far back row i of n lies (ms): spread over 35 days, or (busy) a tenth of the rows in the last
+ * hour. In time order row i is older than row i + 1, as a gateway appends them; in random order
+ * each row's time is drawn at random (every tenth row in the last hour when busy).
+ */
+function agoExpr(shape: Shape, mod: (a: string, b: number) => string, n: number, order: Order): string {
+  const SPAN = 35 * DAY_MS;
+  const HOUR = 3_600_000;
+  if (order === 'random') {
+    const spread = mod('q', SPAN);
+    return shape === 'spread' ? spread : `CASE WHEN ${mod('i', 10)} = 0 THEN ${mod('q', HOUR)} ELSE ${spread} END`;
+  }
+  if (shape === 'spread') return `CAST(${n} - i AS BIGINT) * ${SPAN} / ${n}`;
+  const tenth = Math.max(1, Math.floor(n / 10));
+  const older = n - tenth;
+  return `CASE WHEN i > ${older} THEN CAST(${n} - i AS BIGINT) * ${HOUR} / ${tenth} ELSE ${HOUR} + CAST(${older} - i AS BIGINT) * ${SPAN - HOUR} / ${Math.max(1, older)} END`;
 }
 
-export async function seedSqlite(dir: string, n: number, now: number, shape: Shape = 'spread'): Promise<void> {
+export async function seedSqlite(dir: string, n: number, now: number, shape: Shape = 'spread', order: Order = 'random'): Promise<void> {
   const db = new DatabaseSync(join(dir, 'sluice.db'));
   db.exec('PRAGMA journal_mode = WAL');
   db.exec(parseMigrations(readFileSync(new URL('lib/store/sqlite-schema.sql', ROOT), 'utf8'))[0].sql);
   const mod = (a: string, b: number) => `(${a} % ${b})`;
   const cat = (...p: string[]) => p.join(' || ');
-  const ts = `strftime('%Y-%m-%dT%H:%M:%fZ', (${now} - ${agoExpr(shape, mod)}) / 1000.0, 'unixepoch')`;
+  const ts = `strftime('%Y-%m-%dT%H:%M:%fZ', (${now} - ${agoExpr(shape, mod, n, order)}) / 1000.0, 'unixepoch')`;
   const chunk = 500_000;
   for (let from = 1; from <= n; from += chunk) {
     const to = Math.min(n, from + chunk - 1);
@@ -89,13 +105,13 @@ export async function seedSqlite(dir: string, n: number, now: number, shape: Sha
   db.close();
 }
 
-export async function seedPostgres(url: string, n: number, now: number, shape: Shape = 'spread'): Promise<void> {
+export async function seedPostgres(url: string, n: number, now: number, shape: Shape = 'spread', order: Order = 'random'): Promise<void> {
   const sql = postgres(url, { max: 1, onnotice: () => {} });
   try {
     await sql.unsafe(parseMigrations(readFileSync(new URL('schema.sql', ROOT), 'utf8'))[0].sql);
     const mod = (a: string, b: number) => `(${a} % ${b})`;
     const cat = (...p: string[]) => `(${p.join(' || ')})`;
-    const ts = `to_timestamp((${now} - ${agoExpr(shape, mod)})::float8 / 1000)`;
+    const ts = `to_timestamp((${now} - ${agoExpr(shape, mod, n, order)})::float8 / 1000)`;
     const chunk = 1_000_000;
     for (let from = 1; from <= n; from += chunk) {
       const to = Math.min(n, from + chunk - 1);
@@ -138,8 +154,8 @@ async function run(kind: string, n: number, shape: Shape): Promise<string> {
     if (kind === 'postgres') {
       await admin.unsafe(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
       await admin.unsafe(`CREATE DATABASE ${dbName}`);
-      await seedPostgres(url.toString(), n, now, shape);
-    } else await seedSqlite(dir, n, now, shape);
+      await seedPostgres(url.toString(), n, now, shape, ORDER);
+    } else await seedSqlite(dir, n, now, shape, ORDER);
     const seedS = (performance.now() - t0) / 1000;
     // A running server checkpoints as it writes; the seed's bulk WAL is checkpointed once here so
     // the timings below measure the upgrade and the board, not a one-time fsync of gigabytes.
@@ -182,7 +198,8 @@ async function run(kind: string, n: number, shape: Shape): Promise<string> {
 }
 
 if (process.argv[1]?.endsWith('board.ts')) {
-  console.log(`${REQUESTS} sequential requests each, after one warm-up; spread: rows over 35 days; busy: the same with a tenth of them in the last hour.\n`);
+  const written = ORDER === 'time' ? 'rows written in time order, as a gateway appends them' : 'rows written in random time order (the worst case for the backfill\'s walk in time order)';
+  console.log(`${REQUESTS} sequential requests each, after one warm-up; spread: rows over 35 days; busy: the same with a tenth of them in the last hour; ${written}.\n`);
   console.log('| store | request rows | shape | seed | rollups built (backfill) | /api/summary p50 | max | / p50 | max |');
   console.log('|---|---:|---|---:|---:|---:|---:|---:|---:|');
   for (const n of ROWS) for (const shape of SHAPES) for (const kind of STORES) console.log(await run(kind, n, shape));
