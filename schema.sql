@@ -153,3 +153,9 @@ INSERT INTO board_state (name, value)
 INSERT INTO board_state (name, value) VALUES ('requests_cursor', '') ON CONFLICT (name) DO NOTHING;
 INSERT INTO board_state (name, value) SELECT 'audit_upto', COALESCE(MAX(id), 0)::text FROM auth_audit ON CONFLICT (name) DO NOTHING;
 INSERT INTO board_state (name, value) VALUES ('audit_cursor', '0') ON CONFLICT (name) DO NOTHING;
+
+-- migration 4: the board's rollups by key
+-- A key's buckets side by side: the session anomaly reads today's hours of the sessions active
+-- this hour, and with the key last in the primary key that read walked the day's session rows
+-- once per active session whenever the planner chose a nested loop (seconds at 1 M requests).
+CREATE INDEX IF NOT EXISTS board_rollup_key ON board_rollup (grain, dim, key, bucket);
