@@ -140,7 +140,7 @@ export function postgresBoard(sql: postgres.Sql): BoardStore {
         // The active keys are read once (an InitPlan), then each one's hours are one short range
         // of board_rollup_key (migration 4), with or without statistics: as `key IN (subquery)`
         // the planner, without a freshly backfilled table's statistics, chose a nested loop that
-        // read the day's session rows once per active session (12 s at 1 M requests).
+        // read the day's session rows once per active session (10 s at 1 M requests).
         where += ` AND key = ANY(ARRAY(SELECT key FROM board_rollup WHERE grain = $1 AND dim = ANY($2::text[]) AND bucket = $${params.length - 1} AND cost_usd >= $${params.length}::float8))`;
       }
       if (q.limit !== undefined) params.push(q.limit);
