@@ -16,8 +16,11 @@ interface Tally {
   known: boolean;
   /** Added here, not sent yet. */
   pending: number;
-  /** Sent, not answered yet. */
-  flying: number;
+  /** Sent, not answered yet: amount by the increment's sequence number. */
+  flights: Map<number, number>;
+  /** Sequence number of the last increment sent, and of the one whose answer `value` is (or, for a read, the last sent). */
+  sent: number;
+  valueSeq: number;
   ttlS: number;
   reading?: Promise<void>;
 }
@@ -44,12 +47,14 @@ export class SpendCache {
 
   private tally(key: string): Tally {
     let t = this.tallies.get(key);
-    if (!t) this.tallies.set(key, (t = { value: undefined, at: 0, known: false, pending: 0, flying: 0, ttlS: 0 }));
+    if (!t) this.tallies.set(key, (t = { value: undefined, at: 0, known: false, pending: 0, flights: new Map(), sent: 0, valueSeq: 0, ttlS: 0 }));
     return t;
   }
 
+  /** The value plus what it does not include yet: pending, and increments sent after its own. */
   private total(t: Tally): number | undefined {
-    const local = t.pending + t.flying;
+    let local = t.pending;
+    for (const [seq, amount] of t.flights) if (seq > t.valueSeq) local += amount;
     return t.value === undefined ? (local > 0 ? local : undefined) : t.value + local;
   }
 
@@ -65,8 +70,9 @@ export class SpendCache {
    * connection answers in order, so with nothing in flight the value includes every increment sent.
    */
   private learn(t: Tally, v: number | undefined): void {
-    if (t.flying > 0) return;
+    if (t.flights.size > 0) return;
     t.value = v;
+    t.valueSeq = t.sent;
     t.at = performance.now();
     t.known = true;
   }
@@ -98,6 +104,7 @@ export class SpendCache {
   async seed(key: string, value: number, ttlS: number): Promise<number> {
     const t = this.tally(key);
     t.value = await this.counters.seed(key, value, ttlS);
+    t.valueSeq = t.sent;
     t.at = performance.now();
     t.known = true;
     return this.total(t)!;
@@ -127,22 +134,29 @@ export class SpendCache {
     for (const [key, t] of this.tallies) {
       if (t.pending === 0) {
         // A window nobody reads or adds to any more (yesterday's) is forgotten.
-        if (t.flying === 0 && !t.reading && t.known && performance.now() - t.at > 60_000) this.tallies.delete(key);
+        if (t.flights.size === 0 && !t.reading && t.known && performance.now() - t.at > 60_000) this.tallies.delete(key);
         continue;
       }
       const amount = t.pending;
+      const seq = ++t.sent;
       t.pending = 0;
-      t.flying += amount;
+      t.flights.set(seq, amount);
       sends.push(this.counters.incr(key, amount, t.ttlS).then(
         (total) => {
+          t.flights.delete(seq);
+          // Answers can come out of order: RedisCounters answers a counter's first add only after
+          // its EXPIRE, and a later add's INCRBY sooner. The backing applied them in order, so an
+          // older answer is already inside a newer one (taking it lost the newer add), and every
+          // increment sent before this one is inside this answer (total() stops adding them).
+          if (seq < t.valueSeq) return;
           t.value = total;
+          t.valueSeq = seq;
           t.at = performance.now();
           t.known = true;
-          t.flying -= amount;
         },
         // Not counted: back to pending for the next flush (RedisCounters falls back to memory rather than fail).
         () => {
-          t.flying -= amount;
+          t.flights.delete(seq);
           t.pending += amount;
           this.schedule();
         },

@@ -128,3 +128,42 @@ t.test('a read that overlaps an increment in flight is not taken: the increment 
   t.equal(c.now('day'), 3.5, 'the answers bring the total');
   t.equal(await inner.get('day'), 3.5);
 });
+
+t.test('increments answered out of order: the newer answer stands, nothing counted twice or lost', async (t) => {
+  // RedisCounters answers a counter's first add only after its EXPIRE, so a later add's INCRBY
+  // can answer first; the older answer (an older total) must not replace it.
+  const inner = new MemoryCounters();
+  t.teardown(() => inner.close());
+  const held: Array<() => void> = [];
+  let first = true;
+  const counters = {
+    get: (k: string) => inner.get(k),
+    seed: (k: string, v: number, ttl: number) => inner.seed(k, v, ttl),
+    incr: async (k: string, a: number, ttl: number) => {
+      const total = await inner.incr(k, a, ttl);
+      if (first) {
+        first = false;
+        await new Promise<void>((r) => held.push(r)); // the first add's EXPIRE
+      }
+      return total;
+    },
+  } as unknown as Counters;
+  const c = new SpendCache(counters);
+  t.equal(await c.get('day'), undefined);
+  c.incr('day', 2, 60);
+  await turn(); // the first add: applied, its answer held
+  c.incr('day', 1.5, 60);
+  t.equal(c.now('day'), 3.5, 'both counted here');
+  await turn(); // the second add: applied after the first, answered 3.5
+  await turn();
+  t.equal(held.length, 1, 'the first answer still held');
+  t.equal(await inner.get('day'), 3.5, 'both applied');
+  t.equal(c.now('day'), 3.5, 'the second answer includes the first add, still in flight: counted once');
+  held[0]!();
+  await c.flush();
+  t.equal(c.now('day'), 3.5, 'the first add\'s older answer (2) does not replace it');
+  t.equal(await inner.get('day'), 3.5);
+  c.incr('day', 1, 60);
+  await c.flush();
+  t.equal(c.now('day'), 4.5, 'later adds count on top as before');
+});
