@@ -49,13 +49,6 @@ export async function startSim(): Promise<Proc> {
   return { ...p, origin: `http://127.0.0.1:${port}` };
 }
 
-/** The proxy core alone (bench/floor-hp3.ts: http-proxy-3 as sluice drives it), in front of the sim. */
-export async function startFloorHp3(sim: Proc): Promise<Proc> {
-  const p = run(['bench/floor-hp3.ts', '--listen', '127.0.0.1:0', '--target', `${sim.origin}/api`], process.env);
-  await waitFor('floor-hp3', p, async () => /listening http:\/\/\S+/.test(p.output()));
-  return { ...p, origin: /listening (http:\/\/\S+)/.exec(p.output())![1]! };
-}
-
 export interface Sluice extends Proc {
   key: string;
   dataDir: string;

@@ -126,7 +126,8 @@ export async function startFloorUndici(sim: Server): Promise<Server> {
   return { name: 'floor-undici', proc, pid: proc.pid!, origin: m[1]!, output };
 }
 
-export async function startFloorHp3(sim: Server): Promise<Server> {
+/** The proxy core alone in front of the sim (`npm run bench` and the `--streams` burst). */
+export async function startFloorHp3(sim: Pick<Server, 'origin'>): Promise<Server> {
   const { proc, output } = start([...profileArgs('floor-hp3'), 'bench/floor-hp3.ts', '--listen', '127.0.0.1:0', '--target', `${sim.origin}/api`], process.env);
   const m = await waitForOutput('floor-hp3', proc, output, /listening (http:\/\/\S+)/);
   return { name: 'floor-hp3', proc, pid: proc.pid!, origin: m[1]!, output };

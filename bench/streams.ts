@@ -9,7 +9,8 @@
 
 import { percentile, streamCall, streamRequest } from './stream-client.ts';
 import type { SlowJob, SlowResult, StreamsJob, StreamsResult } from './stream-load.ts';
-import { cleanup, Loader, log, rssMiB, sampler, startFloorHp3, startSim, startSluice, UPSTREAM_KEY, type Proc, type Sluice } from './procs.ts';
+import { cleanup, Loader, log, rssMiB, sampler, startSim, startSluice, UPSTREAM_KEY, type Proc, type Sluice } from './procs.ts';
+import { startFloorHp3, stop, type Server } from './servers.ts';
 
 const QUICK = process.argv.includes('--quick');
 const INTERVAL = 20;
@@ -27,7 +28,7 @@ type Loaded = Loader<StreamsJob | SlowJob, StreamsResult | SlowResult>;
 type Via = 'direct' | 'floor' | 'sluice';
 
 /** The same stream request, sent to the sim itself, through the proxy core alone, or through sluice. */
-function spec(target: Via, parties: { sim: Proc; floor: Proc; sluice: Sluice }, run: string) {
+function spec(target: Via, parties: { sim: Proc; floor: Server; sluice: Sluice }, run: string) {
   if (target === 'sluice') return { origin: parties.sluice.origin, ...streamCall('chat', { key: parties.sluice.key, direct: false, model: MODEL, sim: SIM, run }) };
   const call = streamCall('chat', { key: UPSTREAM_KEY, direct: true, model: MODEL, sim: SIM, run });
   // The floor forwards to the sim's /api itself: its path is the client's.
@@ -135,7 +136,7 @@ export async function main(): Promise<number> {
   log(`slow readers: ${first.completed}/${small} then ${slow.completed}/${SLOW.n} complete; RSS ${f1(before)} → ${f1(first.holding)} MiB while ${small} held, ${f1(slow.holding)} MiB while ${SLOW.n} held, ${f1(slowPeak)} MiB peak once read`);
 
   load.close();
-  floor.proc.kill('SIGTERM');
+  await stop(floor);
   const code = await sluice.stop();
   const rows = sluice.rowsByRun();
   const rowsOk = [...sent].every(([run, n]) => rows.get(run) === n);
