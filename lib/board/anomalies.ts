@@ -24,7 +24,8 @@ export const RULES = {
 export interface AnomalyInput {
   /** Today's spend, and the spend and active days of the previous 7 days. */
   endUsers: Array<{ profile: string; end_user: string; today_usd: number; prior_usd: number; prior_days: number }>;
-  sessions: Array<{ profile: string; subject: string; hour_usd: number; earlier_hours_usd: number[] }>;
+  /** This hour's spend, and the spend and count of the day's earlier hours that spent anything. */
+  sessions: Array<{ profile: string; subject: string; hour_usd: number; earlier_usd: number; earlier_hours: number }>;
   profilesLastHour: Array<{ profile: string; requests: number; errors: number; rate_limited: number }>;
   providers: Array<{ provider: string; requests_last_hour: number; p95_last_hour: number | null; p95_7d: number | null }>;
   costly: Array<{ id: string; profile: string; tier: string; cost_usd: number; tier_mean_usd: number; tier_requests: number }>;
@@ -34,7 +35,6 @@ export interface AnomalyInput {
 }
 
 const usd = (v: number) => `$${v.toFixed(v >= 1 ? 2 : 4)}`;
-const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 const round = (v: number, d = 2) => Math.round(v * 10 ** d) / 10 ** d;
 
 export function anomalies(i: AnomalyInput): Anomaly[] {
@@ -49,12 +49,12 @@ export function anomalies(i: AnomalyInput): Anomaly[] {
     }
   }
   for (const s of i.sessions) {
-    const prior = s.earlier_hours_usd.filter((v) => v > 0);
-    if (prior.length < RULES.sessionMinHours || s.hour_usd < RULES.sessionMinUsd) continue;
-    const ratio = s.hour_usd / mean(prior);
+    if (s.earlier_hours < RULES.sessionMinHours || s.hour_usd < RULES.sessionMinUsd) continue;
+    const usual = s.earlier_usd / s.earlier_hours;
+    const ratio = s.hour_usd / usual;
     if (ratio >= RULES.sessionRatio) {
       out.push({ kind: 'session_spend', subject: s.subject, profile: s.profile, value: round(ratio), threshold: RULES.sessionRatio,
-        reason: `session spent ${usd(s.hour_usd)} this hour, ${round(ratio, 1)}× its hourly mean of ${usd(mean(prior))} earlier today` });
+        reason: `session spent ${usd(s.hour_usd)} this hour, ${round(ratio, 1)}× its hourly mean of ${usd(usual)} earlier today` });
     }
   }
   for (const p of i.profilesLastHour) {

@@ -242,12 +242,11 @@ export async function computeSummary(d: SummaryDeps): Promise<T.Summary> {
   const d8 = dayOf(now - 7 * DAY);
   const d30 = dayOf(now - 29 * DAY);
   const hourAgo = new Date(now - HOUR).toISOString();
-  const todayHour0 = `${today}T00`;
 
   const D_DIMS = ['all', 'endpoint', 'outcome', 'status', 'profile', 'pmodel', 'tier', 'auto', 'degradation', 'route', 'provider'];
   const H_DIMS = ['all', 'endpoint', 'outcome', 'status', 'provider'];
   // Each window summed by the store: a few hundred rows back, whatever the request count.
-  const [hRows, hSeries, dToday, d7Rows, dMonth, dSeries, hHist, todayHist, d7Hist, monthHist, topSessions, sessionHours, endUsersToday, endUsersPrior, tools, runs, runHist, authToday, authTop, audit, bursts, recent, snaps, hourRows, hourSessions, hourHist] = await Promise.all([
+  const [hRows, hSeries, dToday, d7Rows, dMonth, dSeries, hHist, todayHist, d7Hist, monthHist, topSessions, activeSessionHours, endUsersToday, endUsersPrior, tools, runs, runHist, authToday, authTop, audit, bursts, recent, snaps, hourRows, hourSessions, hourHist] = await Promise.all([
     store.boardSums({ grain: 'h', dims: H_DIMS, from: h24, to: hourNow }),
     store.boardSums({ grain: 'h', dims: ['all'], from: h24, to: hourNow, byBucket: true }),
     store.boardSums({ grain: 'd', dims: D_DIMS, from: today, to: today }),
@@ -261,7 +260,7 @@ export async function computeSummary(d: SummaryDeps): Promise<T.Summary> {
     // One bucket: its rows are the totals already (no grouping, whatever the number of sessions).
     store.boardSums({ grain: 'd', dims: ['session'], from: today, to: today, byBucket: true, order: 'cost_usd', limit: 10 }),
     // Only the sessions that spent enough this hour to be an anomaly are judged against their own earlier hours.
-    store.boardSums({ grain: 'h', dims: ['session'], from: todayHour0, to: hourNow, byBucket: true, activeIn: hourNow, activeMinUsd: RULES.sessionMinUsd }),
+    store.boardActiveSessions(hourNow, RULES.sessionMinUsd),
     store.boardSums({ grain: 'd', dims: ['end_user'], from: today, to: today }),
     store.boardSums({ grain: 'd', dims: ['end_user'], from: d8, to: dayOf(now - DAY) }),
     store.boardSums({ grain: 'd', dims: ['tool'], from: d30, to: today }),
@@ -306,20 +305,15 @@ export async function computeSummary(d: SummaryDeps): Promise<T.Summary> {
 
   // sessions and anomalies' inputs
   const tierStats = group(d7Rows, (r) => (r.dim === 'tier' ? r.key : undefined));
-  const sessionsByKey = new Map<string, BoardSum[]>();
-  for (const r of sessionHours) {
-    if (!sessionsByKey.has(r.key)) sessionsByKey.set(r.key, []);
-    sessionsByKey.get(r.key)!.push(r);
-  }
   const prior = new Map(endUsersPrior.map((r) => [r.key, r]));
   const input: AnomalyInput = {
     endUsers: endUsersToday.map((r) => {
       const [profile, end_user] = r.key.split(SEP);
       return { profile, end_user, today_usd: r.cost_usd, prior_usd: prior.get(r.key)?.cost_usd ?? 0, prior_days: prior.get(r.key)?.buckets ?? 0 };
     }),
-    sessions: [...sessionsByKey].filter(([, rows]) => rows.some((r) => r.bucket === hourNow)).map(([k, rows]) => {
-      const [profile, session, endUser] = k.split(SEP);
-      return { profile, subject: session || endUser, hour_usd: rows.find((r) => r.bucket === hourNow)!.cost_usd, earlier_hours_usd: rows.filter((r) => r.bucket < hourNow).map((r) => r.cost_usd) };
+    sessions: activeSessionHours.map(({ key, ...spend }) => {
+      const [profile, session, endUser] = key.split(SEP);
+      return { profile, subject: session || endUser, ...spend };
     }),
     profilesLastHour: hour.keys('profile').map((profile) => ({
       profile, requests: Math.round(hour.sum('profile', profile, 'requests')), errors: Math.round(hour.sum('profile', profile, 'errors')),

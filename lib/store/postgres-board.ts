@@ -134,15 +134,7 @@ export function postgresBoard(sql: postgres.Sql): BoardStore {
       const group = q.byBucket ? 'dim, key, bucket' : 'dim, key';
       const order = q.order ? ` ORDER BY ${q.order === 'last_ts' ? 'last_ts' : q.order} DESC, key` : '';
       const params: postgres.ParameterOrJSON<never>[] = [q.grain, q.dims, q.from, q.to];
-      let where = 'FROM board_rollup WHERE grain = $1 AND dim = ANY($2::text[]) AND bucket >= $3 AND bucket <= $4';
-      if (q.activeIn !== undefined) {
-        params.push(q.activeIn, q.activeMinUsd ?? '-Infinity');
-        // The active keys are read once (an InitPlan), then each one's hours are one short range
-        // of board_rollup_key (migration 4), with or without statistics: as `key IN (subquery)`
-        // the planner, without a freshly backfilled table's statistics, chose a nested loop that
-        // read the day's session rows once per active session (10 s at 1 M requests).
-        where += ` AND key = ANY(ARRAY(SELECT key FROM board_rollup WHERE grain = $1 AND dim = ANY($2::text[]) AND bucket = $${params.length - 1} AND cost_usd >= $${params.length}::float8))`;
-      }
+      const where = 'FROM board_rollup WHERE grain = $1 AND dim = ANY($2::text[]) AND bucket >= $3 AND bucket <= $4';
       if (q.limit !== undefined) params.push(q.limit);
       const limit = q.limit !== undefined ? ` LIMIT $${params.length}` : '';
       // By bucket, each row is its own group (the primary key): no aggregation at all.
@@ -162,6 +154,21 @@ export function postgresBoard(sql: postgres.Sql): BoardStore {
         WHERE grain = ${q.grain} AND dim = ANY(${q.dims}::text[]) AND bucket >= ${q.from} AND bucket <= ${q.to}
         GROUP BY dim, key, metric, idx`;
       return rows.map((r) => ({ dim: r.dim as string, key: r.key as string, metric: r.metric as 'o' | 't' | 'd', idx: Number(r.idx), n: Number(r.n) }));
+    },
+
+    async boardActiveSessions(hour, minUsd) {
+      // One row per session active in the hour: the day's other session hours are summed here, not
+      // sent. The active keys are read once (an InitPlan), then each one's hours are one short range
+      // of board_rollup_key (migration 4), with or without statistics: as `key IN (subquery)` the
+      // planner, without a freshly backfilled table's statistics, chose a nested loop that read the
+      // day's session rows once per active session (10 s at 1 M requests).
+      const rows = await sql`SELECT key, SUM(CASE WHEN bucket = ${hour} THEN cost_usd ELSE 0 END)::float8 AS hour_usd,
+          COALESCE(SUM(cost_usd) FILTER (WHERE bucket < ${hour} AND cost_usd > 0), 0)::float8 AS earlier_usd,
+          (COUNT(*) FILTER (WHERE bucket < ${hour} AND cost_usd > 0))::int AS earlier_hours
+        FROM board_rollup WHERE grain = 'h' AND dim = 'session' AND bucket >= ${`${hour.slice(0, 10)}T00`} AND bucket <= ${hour}
+          AND key = ANY(ARRAY(SELECT key FROM board_rollup WHERE grain = 'h' AND dim = 'session' AND bucket = ${hour} AND cost_usd >= ${minUsd}::float8))
+        GROUP BY key`;
+      return rows.map((r) => ({ key: r.key as string, hour_usd: Number(r.hour_usd), earlier_usd: Number(r.earlier_usd), earlier_hours: Number(r.earlier_hours) }));
     },
 
     async boardRecent(since, limit) {

@@ -66,6 +66,16 @@ function statements(db: DatabaseSync) {
     seedTsCursor: db.prepare(`INSERT OR IGNORE INTO board_state (name, value) VALUES ('requests_ts_cursor', '["",0]')`),
     auditAfter: db.prepare('SELECT id, ts, ip, prefix, outcome FROM auth_audit WHERE id > ? AND id <= ? ORDER BY id LIMIT ?'),
     prune: db.prepare('DELETE FROM requests WHERE rowid IN (SELECT rowid FROM requests WHERE ts < ? ORDER BY ts LIMIT ?)'),
+    // One row per session active in ?1: the day's other session hours are summed here, not sent
+    // (a busy hour's few thousand sessions had tens of thousands of session hours).
+    activeSessions: db.prepare(
+      `SELECT key, SUM(CASE WHEN bucket = ?1 THEN cost_usd ELSE 0 END) AS hour_usd,
+         TOTAL(CASE WHEN bucket < ?1 AND cost_usd > 0 THEN cost_usd END) AS earlier_usd,
+         COUNT(CASE WHEN bucket < ?1 AND cost_usd > 0 THEN 1 END) AS earlier_hours
+       FROM board_rollup WHERE grain = 'h' AND dim = 'session' AND bucket >= ?3 AND bucket <= ?1
+         AND key IN (SELECT key FROM board_rollup WHERE grain = 'h' AND dim = 'session' AND bucket = ?1 AND cost_usd >= ?2)
+       GROUP BY key`,
+    ),
     recent: db.prepare(
       `SELECT id, ts, profile, session, end_user, tier, model, provider, status, outcome, cost_usd, ttfb_ms
        FROM requests WHERE ts >= ? ORDER BY ts DESC LIMIT ?`,
@@ -190,9 +200,7 @@ export function sqliteBoard(db: DatabaseSync): BoardStore {
       const group = q.byBucket ? 'dim, key, bucket' : 'dim, key';
       const order = q.order ? ` ORDER BY ${q.order === 'last_ts' ? 'last_ts' : q.order} DESC, key` : '';
       const limit = q.limit !== undefined ? ' LIMIT ?' : '';
-      const dims = q.dims.map(() => '?').join(', ');
-      const active = q.activeIn === undefined ? '' : ` AND key IN (SELECT key FROM board_rollup WHERE grain = ? AND dim IN (${dims}) AND bucket = ? AND cost_usd >= ?)`;
-      const where = `FROM board_rollup WHERE grain = ? AND dim IN (${dims}) AND bucket >= ? AND bucket <= ?${active}`;
+      const where = `FROM board_rollup WHERE grain = ? AND dim IN (${q.dims.map(() => '?').join(', ')}) AND bucket >= ? AND bucket <= ?`;
       // By bucket, each row is its own group (the primary key): no aggregation at all. Otherwise
       // SQLite takes the bare column `note` from the row holding MAX(last_ts): the latest note.
       const sql = q.byBucket
@@ -200,7 +208,6 @@ export function sqliteBoard(db: DatabaseSync): BoardStore {
         : `SELECT ${group}, ${SUM_COLUMNS.map((c) => `SUM(${c}) AS ${c}`).join(', ')}, MIN(first_ts) AS first_ts, MAX(last_ts) AS last_ts, note, COUNT(*) AS buckets
            ${where} GROUP BY ${group}${order}${limit}`;
       const params: SQLInputValue[] = [q.grain, ...q.dims, q.from, q.to];
-      if (q.activeIn !== undefined) params.push(q.grain, ...q.dims, q.activeIn, q.activeMinUsd ?? -Infinity);
       if (q.limit !== undefined) params.push(q.limit);
       return prep(sql).all(...params).map(toSum);
     },
@@ -211,6 +218,12 @@ export function sqliteBoard(db: DatabaseSync): BoardStore {
         GROUP BY dim, key, metric, idx`;
       return prep(sql).all(q.grain, ...q.dims, q.from, q.to).map((r) => ({
         dim: r.dim as string, key: r.key as string, metric: r.metric as 'o' | 't' | 'd', idx: Number(r.idx), n: Number(r.n),
+      }));
+    },
+
+    async boardActiveSessions(hour, minUsd) {
+      return s.activeSessions.all(hour, minUsd, `${hour.slice(0, 10)}T00`).map((r) => ({
+        key: r.key as string, hour_usd: Number(r.hour_usd), earlier_usd: Number(r.earlier_usd), earlier_hours: Number(r.earlier_hours),
       }));
     },
 

@@ -155,10 +155,6 @@ export interface BoardSumsQuery {
   to: string;
   /** Also group by bucket (a series). */
   byBucket?: boolean;
-  /** Only keys that also have a row in this bucket (same grain and dims): e.g. the sessions active this hour. */
-  activeIn?: string;
-  /** With activeIn: only keys whose row in that bucket cost at least this much (USD). */
-  activeMinUsd?: number;
   /** With one dim: the top `limit` keys by requests or cost. */
   order?: 'requests' | 'cost_usd' | 'last_ts';
   limit?: number;
@@ -190,11 +186,24 @@ export interface BoardHistSum {
   idx: number;
   n: number;
 }
+/**
+ * A session that spent at least minUsd in `hour`, with what it spent in the hours of the same
+ * day before it: one row per session, whatever the length of its day.
+ */
+export interface BoardActiveSession {
+  key: string;
+  hour_usd: number;
+  /** The spend of its earlier hours of the day with a spend above 0, and how many there were. */
+  earlier_usd: number;
+  earlier_hours: number;
+}
 /** A raw request row's board fields (no key, no prompt): the last hour only. */
 export type BoardRecentRow = Pick<RequestRow, 'id' | 'ts' | 'profile' | 'session' | 'end_user' | 'tier' | 'model' | 'provider' | 'status' | 'outcome' | 'cost_usd' | 'ttfb_ms'>;
 export interface BoardStore {
   boardSums(q: BoardSumsQuery): Promise<BoardSum[]>;
   boardHist(q: BoardHistQuery): Promise<BoardHistSum[]>;
+  /** Sessions with a spend of at least minUsd in `hour` ('YYYY-MM-DDTHH'), from that day's rollups. */
+  boardActiveSessions(hour: string, minUsd: number): Promise<BoardActiveSession[]>;
   /** Raw rows with ts >= since, newest first (at most `limit`). */
   boardRecent(since: string, limit: number): Promise<BoardRecentRow[]>;
   /** Auth failures per address since `since` (raw audit rows; the last hour), most first. */

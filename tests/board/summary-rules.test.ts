@@ -18,7 +18,7 @@ t.test('each anomaly rule fires above its threshold and stays quiet below', asyn
   t.strictSame(anomalies(none), []);
   const fire: AnomalyInput = {
     endUsers: [{ profile: 'dev', end_user: 'alice', today_usd: 1, prior_usd: 0.3, prior_days: 3 }, { profile: 'dev', end_user: 'bob', today_usd: 1, prior_usd: 1, prior_days: 1 }],
-    sessions: [{ profile: 'dev', subject: 's1', hour_usd: 1, earlier_hours_usd: [0.1, 0.1, 0] }, { profile: 'dev', subject: 's2', hour_usd: 0.3, earlier_hours_usd: [0.1, 0.1] }],
+    sessions: [{ profile: 'dev', subject: 's1', hour_usd: 1, earlier_usd: 0.2, earlier_hours: 2 }, { profile: 'dev', subject: 's2', hour_usd: 0.3, earlier_usd: 0.2, earlier_hours: 2 }],
     profilesLastHour: [{ profile: 'dev', requests: 40, errors: 12, rate_limited: 10 }, { profile: 'car', requests: 100, errors: 12, rate_limited: 9 }],
     providers: [{ provider: 'Google', requests_last_hour: 10, p95_last_hour: 3000, p95_7d: 900 }, { provider: 'OpenAI', requests_last_hour: 10, p95_last_hour: 300, p95_7d: 100 }, { provider: 'X', requests_last_hour: 9, p95_last_hour: 9000, p95_7d: 100 }],
     costly: [{ id: 'r1', profile: 'dev', tier: 'agent', cost_usd: 0.5, tier_mean_usd: 0.02, tier_requests: 20 }, { id: 'r2', profile: 'dev', tier: 'fast', cost_usd: 0.04, tier_mean_usd: 0.001, tier_requests: 50 }],

@@ -174,6 +174,10 @@ for (const kind of ['sqlite', 'postgres'] as const) {
         ttfb_ms: 200, session: i % 2 ? 'busy-session' : null, end_user: null }));
     }
     for (let i = 0; i < 400; i++) busy.push(row({ ts: new Date(Date.parse('2025-03-10T11:00:00.000Z') + i * 1000).toISOString(), provider: 'Google', cost_usd: 0.002, ttfb_ms: 5000 }));
+    // The session's earlier hours today: 0.05 at 09 and 10, nothing spent at 08 (not counted).
+    for (const [ts, cost_usd] of [['2025-03-10T08:30:00.000Z', 0], ['2025-03-10T09:30:00.000Z', 0.05], ['2025-03-10T10:30:00.000Z', 0.05]] as const) {
+      busy.push(row({ ts, tier: 'fast', cost_usd, session: 'busy-session', end_user: null }));
+    }
     await store.insertRequests(busy);
     const reads: number[] = [];
     const recent = store.boardRecent.bind(store);
@@ -187,6 +191,8 @@ for (const kind of ['sqlite', 'postgres'] as const) {
     t.ok(kinds.includes('rate_limited_burst:dev'), 'the 300 429s of the hour, from the rollups');
     t.match(s.anomalies.find((a) => a.kind === 'rate_limited_burst'), { value: 300 });
     t.ok(kinds.includes('error_burst:dev'), 'failures counted over the whole hour, not a window of rows');
+    // 749 × 0.001 + 0.9 this hour against a mean of 0.05 over the two earlier hours that spent.
+    t.match(s.anomalies.find((a) => a.kind === 'session_spend'), { subject: 'busy-session', profile: 'dev', value: 32.98, reason: /spent \$1\.65 this hour, 33× its hourly mean of \$0\.0500 earlier today/ });
     t.strictSame(s.sessions.active.map((x) => [x.session, x.requests, x.tier, x.last_seen]), [['busy-session', 750, 'fast', '2025-03-10T12:24:59.000Z']]);
   });
 }

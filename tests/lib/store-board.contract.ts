@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Test } from 'tap';
 import { requestDeltas, auditDeltas, SEP } from '../../lib/store/rollups.ts';
-import type { AuditRow, BoardGrain, BoardSumsQuery, RequestRow, Store } from '../../lib/store/store.ts';
+import type { AuditRow, BoardGrain, RequestRow, Store } from '../../lib/store/store.ts';
 
 export interface Backing {
   /** A migrated, empty store on t's own database; a second call with the same t opens it again. */
@@ -111,20 +111,27 @@ export function storeBoardContract(t: Test, b: Backing): void {
     sameMaps(t, await snapshot(store), expected(raw, audit), 'equal to the rows read back');
   });
 
-  t.test('activeIn keeps only the keys that have a row in that bucket', async (t) => {
+  t.test('boardActiveSessions: the sessions that spent enough this hour, with their earlier hours of the day summed', async (t) => {
     const store = await storeFor(t);
     const base = rows(3, 7)[0];
-    const at = (session: string, ts: string) => ({ ...base, id: randomUUID(), session, end_user: null, ts });
+    const at = (session: string, ts: string, cost_usd: number) => ({ ...base, id: randomUUID(), session, end_user: null, ts, cost_usd });
     await store.insertRequests([
-      at('busy', '2025-03-10T09:10:00.000Z'), at('busy', '2025-03-10T11:20:00.000Z'),
-      at('idle', '2025-03-10T09:30:00.000Z'), at('idle', '2025-03-10T10:40:00.000Z'),
+      at('busy', '2025-03-09T23:10:00.000Z', 5), // yesterday: not an earlier hour of today
+      at('busy', '2025-03-10T08:10:00.000Z', 0.25), at('busy', '2025-03-10T08:50:00.000Z', 0.25),
+      at('busy', '2025-03-10T09:30:00.000Z', 0), // an hour that spent nothing does not count
+      at('busy', '2025-03-10T10:05:00.000Z', 1.5),
+      at('busy', '2025-03-10T11:20:00.000Z', 2), at('busy', '2025-03-10T11:40:00.000Z', 1),
+      at('busy', '2025-03-10T12:00:00.000Z', 9), // a later hour is not earlier
+      at('new', '2025-03-10T11:30:00.000Z', 0.5), // active, no earlier hour
+      at('cheap', '2025-03-10T09:30:00.000Z', 1), at('cheap', '2025-03-10T11:30:00.000Z', 0.01), // under minUsd this hour
+      at('idle', '2025-03-10T09:30:00.000Z', 1), at('idle', '2025-03-10T10:40:00.000Z', 1), // nothing this hour
     ]);
-    const q: BoardSumsQuery = { grain: 'h', dims: ['session'], from: '2025-03-10T00', to: '2025-03-10T11', byBucket: true };
-    const all = await store.boardSums(q);
-    t.equal(all.length, 4, 'without it: every session hour of the day');
-    const active = await store.boardSums({ ...q, activeIn: '2025-03-10T11' });
-    t.same(active.map((r) => r.bucket).sort(), ['2025-03-10T09', '2025-03-10T11'], 'with it: every hour of the session active at 11, and only its');
-    t.ok(active.every((r) => r.key.includes('busy')));
+    const got = (await store.boardActiveSessions('2025-03-10T11', 0.05)).sort((a, b) => a.key.localeCompare(b.key));
+    t.same(got.map((r) => r.key.split(SEP)[1]), ['busy', 'new']);
+    t.match(got[0], { hour_usd: 3, earlier_hours: 2 });
+    t.equal(Math.round(got[0].earlier_usd * 1e6) / 1e6, 2, 'the earlier hours 08 and 10 of the day');
+    t.match(got[1], { hour_usd: 0.5, earlier_usd: 0, earlier_hours: 0 });
+    t.same(await store.boardActiveSessions('2025-03-10T07', 0.05), [], 'an hour nobody spent in');
   });
 
   t.test('a reconciled cost moves every rollup row of its request', async (t) => {
