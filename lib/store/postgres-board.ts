@@ -12,7 +12,7 @@ type Sql = postgres.Sql | postgres.TransactionSql;
 
 const SUM_COLUMNS = ['requests', 'errors', 'input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens', 'reasoning_tokens', 'cost_usd'] as const;
 const ROLLUP_COLUMNS = ['grain', 'dim', 'bucket', 'key', ...SUM_COLUMNS, 'first_ts', 'last_ts', 'note'] as const;
-const CHUNK = 2000;
+const HIST_COLUMNS = ['grain', 'dim', 'bucket', 'key', 'metric', 'idx', 'n'] as const;
 /** The columns the rollups read of a request row (never its key or anything of the prompt). */
 const ROW_COLUMNS = 'id, ts, endpoint, profile, end_user, session, run, tier, requested_model, model, status, outcome, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, provider, degradation, ttfb_ms, duration_ms, overhead_ms, tools';
 
@@ -32,10 +32,23 @@ export function postgresRollupRow(raw: Raw): RequestRow {
   };
 }
 
+/** One array per column, in the deltas' order (unnest reads them back row by row, in that order). */
+function columns<T extends Record<K, string | number>, K extends keyof T>(rows: T[], names: readonly K[]): Array<Array<string | number>> {
+  const out = names.map(() => new Array<string | number>(rows.length));
+  for (let i = 0; i < rows.length; i++) for (let c = 0; c < names.length; c++) out[c][i] = rows[i][names[c]];
+  return out;
+}
+
 async function apply(tx: Sql, d: Deltas): Promise<void> {
-  for (let i = 0; i < d.rollups.length; i += CHUNK) {
-    const chunk = d.rollups.slice(i, i + CHUNK);
-    await tx`INSERT INTO board_rollup ${tx(chunk, ...ROLLUP_COLUMNS)}
+  // Each upsert is one statement text with one array per column, whatever the number of rows:
+  // no statement of thousands of parameters for the server to parse and plan, and the rows keep
+  // the deltas' sorted order, so concurrent writers lock them in one order.
+  if (d.rollups.length > 0) {
+    const [grain, dim, bucket, key, requests, errors, input, output, cacheRead, cacheWrite, reasoning, cost, first, last, note] = columns(d.rollups, ROLLUP_COLUMNS);
+    await tx`INSERT INTO board_rollup (${tx(ROLLUP_COLUMNS as unknown as string[])})
+      SELECT * FROM unnest(${grain}::text[], ${dim}::text[], ${bucket}::text[], ${key}::text[], ${requests}::bigint[], ${errors}::bigint[],
+        ${input}::bigint[], ${output}::bigint[], ${cacheRead}::bigint[], ${cacheWrite}::bigint[], ${reasoning}::bigint[], ${cost}::float8[],
+        ${first}::text[], ${last}::text[], ${note}::text[])
       ON CONFLICT (grain, dim, bucket, key) DO UPDATE SET
         requests = board_rollup.requests + excluded.requests, errors = board_rollup.errors + excluded.errors,
         input_tokens = board_rollup.input_tokens + excluded.input_tokens, output_tokens = board_rollup.output_tokens + excluded.output_tokens,
@@ -46,9 +59,10 @@ async function apply(tx: Sql, d: Deltas): Promise<void> {
         note = CASE WHEN excluded.last_ts >= board_rollup.last_ts THEN excluded.note ELSE board_rollup.note END,
         last_ts = GREATEST(board_rollup.last_ts, excluded.last_ts)`;
   }
-  for (let i = 0; i < d.hist.length; i += CHUNK) {
-    const chunk = d.hist.slice(i, i + CHUNK);
-    await tx`INSERT INTO board_hist ${tx(chunk, 'grain', 'dim', 'bucket', 'key', 'metric', 'idx', 'n')}
+  if (d.hist.length > 0) {
+    const [grain, dim, bucket, key, metric, idx, n] = columns(d.hist, HIST_COLUMNS);
+    await tx`INSERT INTO board_hist (${tx(HIST_COLUMNS as unknown as string[])})
+      SELECT * FROM unnest(${grain}::text[], ${dim}::text[], ${bucket}::text[], ${key}::text[], ${metric}::text[], ${idx}::int[], ${n}::bigint[])
       ON CONFLICT (grain, dim, bucket, key, metric, idx) DO UPDATE SET n = board_hist.n + excluded.n`;
   }
 }
@@ -157,17 +171,14 @@ export function postgresBoard(sql: postgres.Sql): BoardStore {
     },
 
     async boardActiveSessions(hour, minUsd) {
-      // One row per session active in the hour: the day's other session hours are summed here, not
-      // sent. The active keys are read once (an InitPlan), then each one's hours are one short range
-      // of board_rollup_key (migration 4), with or without statistics: as `key IN (subquery)` the
-      // planner, without a freshly backfilled table's statistics, chose a nested loop that read the
-      // day's session rows once per active session (10 s at 1 M requests).
-      const rows = await sql`SELECT key, SUM(CASE WHEN bucket = ${hour} THEN cost_usd ELSE 0 END)::float8 AS hour_usd,
+      // One row per session that spent at least minUsd in the hour, summed from that day's session
+      // hours (one range of the primary key, aggregated by hash whatever the statistics): the
+      // day's hours of each are summed here, not sent.
+      const rows = await sql`SELECT key, SUM(cost_usd) FILTER (WHERE bucket = ${hour})::float8 AS hour_usd,
           COALESCE(SUM(cost_usd) FILTER (WHERE bucket < ${hour} AND cost_usd > 0), 0)::float8 AS earlier_usd,
           (COUNT(*) FILTER (WHERE bucket < ${hour} AND cost_usd > 0))::int AS earlier_hours
         FROM board_rollup WHERE grain = 'h' AND dim = 'session' AND bucket >= ${`${hour.slice(0, 10)}T00`} AND bucket <= ${hour}
-          AND key = ANY(ARRAY(SELECT key FROM board_rollup WHERE grain = 'h' AND dim = 'session' AND bucket = ${hour} AND cost_usd >= ${minUsd}::float8))
-        GROUP BY key`;
+        GROUP BY key HAVING MAX(cost_usd) FILTER (WHERE bucket = ${hour}) >= ${minUsd}::float8`;
       return rows.map((r) => ({ key: r.key as string, hour_usd: Number(r.hour_usd), earlier_usd: Number(r.earlier_usd), earlier_hours: Number(r.earlier_hours) }));
     },
 

@@ -66,15 +66,14 @@ function statements(db: DatabaseSync) {
     seedTsCursor: db.prepare(`INSERT OR IGNORE INTO board_state (name, value) VALUES ('requests_ts_cursor', '["",0]')`),
     auditAfter: db.prepare('SELECT id, ts, ip, prefix, outcome FROM auth_audit WHERE id > ? AND id <= ? ORDER BY id LIMIT ?'),
     prune: db.prepare('DELETE FROM requests WHERE rowid IN (SELECT rowid FROM requests WHERE ts < ? ORDER BY ts LIMIT ?)'),
-    // One row per session active in ?1: the day's other session hours are summed here, not sent
-    // (a busy hour's few thousand sessions had tens of thousands of session hours).
+    // One row per session that spent at least ?2 in the hour ?1, summed from that day's session
+    // hours (one range of the primary key): the day's hours of each are summed here, not sent.
     activeSessions: db.prepare(
-      `SELECT key, SUM(CASE WHEN bucket = ?1 THEN cost_usd ELSE 0 END) AS hour_usd,
+      `SELECT key, TOTAL(CASE WHEN bucket = ?1 THEN cost_usd END) AS hour_usd,
          TOTAL(CASE WHEN bucket < ?1 AND cost_usd > 0 THEN cost_usd END) AS earlier_usd,
          COUNT(CASE WHEN bucket < ?1 AND cost_usd > 0 THEN 1 END) AS earlier_hours
        FROM board_rollup WHERE grain = 'h' AND dim = 'session' AND bucket >= ?3 AND bucket <= ?1
-         AND key IN (SELECT key FROM board_rollup WHERE grain = 'h' AND dim = 'session' AND bucket = ?1 AND cost_usd >= ?2)
-       GROUP BY key`,
+       GROUP BY key HAVING MAX(CASE WHEN bucket = ?1 THEN cost_usd END) >= ?2`,
     ),
     recent: db.prepare(
       `SELECT id, ts, profile, session, end_user, tier, model, provider, status, outcome, cost_usd, ttfb_ms
