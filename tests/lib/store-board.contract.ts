@@ -111,6 +111,16 @@ export function storeBoardContract(t: Test, b: Backing): void {
     sameMaps(t, await snapshot(store), expected(raw, audit), 'equal to the rows read back');
   });
 
+  t.test('keys of any text come back as written (quotes, backslashes, commas, braces, NULL, empty, unicode)', async (t) => {
+    const store = await storeFor(t);
+    const base = rows(1, 11)[0];
+    const names = ['a"b', 'back\\slash', 'c,d', '{e}', 'NULL', ' spaced ', '', 'ünï 😀', 'x\t"\\"y', '\\'];
+    await store.insertRequests(names.map((end_user, i) => ({ ...base, id: randomUUID(), end_user, session: `s${i}`, ts: '2025-03-10T11:00:00.000Z' })));
+    const got = await store.boardSums({ grain: 'd', dims: ['end_user'], from: '2025-03-10', to: '2025-03-10' });
+    t.same(got.map((r) => r.key.split(SEP)[1]).sort(), [...names].sort());
+    t.ok(got.every((r) => r.requests === 1));
+  });
+
   t.test('boardActiveSessions: the sessions that spent enough this hour, with their earlier hours of the day summed', async (t) => {
     const store = await storeFor(t);
     const base = rows(3, 7)[0];
