@@ -14,6 +14,16 @@ import { Refusals } from './refusals.ts';
 const DEFAULT_PREFIX = 'sluice:';
 
 /**
+ * `incr` in one command: the add that creates the counter also gives it its lifetime (the ttl runs
+ * from creation), atomically. Each add answers with its own total, in the order the adds were sent.
+ */
+const INCR_LUA = `
+local total = redis.call('incrby', KEYS[1], ARGV[1])
+if total == tonumber(ARGV[1]) then redis.call('expire', KEYS[1], ARGV[2]) end
+return total
+`;
+
+/**
  * `check` in one round trip. KEYS: the windows (rate-limiter-flexible's keys, so consume, peek
  * and check count in the same windows), then the plain counters to read. ARGV: per window, 1 to
  * peek or 0 to consume, its length in seconds and its limit. A consume is rate-limiter-flexible's
@@ -86,6 +96,7 @@ export class RedisCounters implements Counters {
       retryStrategy: (times) => Math.min(100 * times, 2000),
     });
     this.client.defineCommand('sluiceCheck', { lua: CHECK_LUA });
+    this.client.defineCommand('sluiceIncr', { lua: INCR_LUA, numberOfKeys: 1 });
     this.client.on('error', (err) => this.markDown(err.message));
     this.client.on('close', () => this.markDown('connection closed'));
     this.client.on('ready', () => this.markUp());
@@ -190,13 +201,11 @@ export class RedisCounters implements Counters {
 
   incr(key: string, amount: number, ttlS: number): Promise<number> {
     return this.either(async () => {
-      // One INCRBY (auto-pipelined with its neighbours); only the add that created the counter
-      // gives it its lifetime, so the ttl runs from creation. A crash between the two leaves a
-      // dated key without expiry: harmless, nothing reads an old window's key.
-      const k = this.prefix + key;
-      const total = await this.client.incrby(k, amount);
-      if (total === amount) await this.client.expire(k, ttlS);
-      return total;
+      // One script (auto-pipelined with its neighbours): INCRBY, and EXPIRE on the add that created
+      // the counter. As two commands, the first add answered only after its EXPIRE, so a later
+      // add could answer first.
+      const incr = (this.client as unknown as { sluiceIncr(k: string, amount: number, ttlS: number): Promise<number> }).sluiceIncr;
+      return incr.call(this.client, this.prefix + key, amount, ttlS);
     }, () => this.fallback.incr(key, amount, ttlS));
   }
 

@@ -144,10 +144,11 @@ export class SpendCache {
       sends.push(this.counters.incr(key, amount, t.ttlS).then(
         (total) => {
           t.flights.delete(seq);
-          // Answers can come out of order: RedisCounters answers a counter's first add only after
-          // its EXPIRE, and a later add's INCRBY sooner. The backing applied them in order, so an
-          // older answer is already inside a newer one (taking it lost the newer add), and every
-          // increment sent before this one is inside this answer (total() stops adding them).
+          // An answer older than the value's is not taken: the Counters interface does not promise
+          // answers in order (RedisCounters gives them in order since its incr is one script; an
+          // earlier version answered a counter's first add only after its EXPIRE, and lost spend).
+          // The backing applied them in order, so an older answer is already inside a newer one,
+          // and every increment sent before this one is inside this answer (total() stops adding them).
           if (seq < t.valueSeq) return;
           t.value = total;
           t.valueSeq = seq;

@@ -37,6 +37,17 @@ t.test('two instances on one Redis count jointly', async (t) => {
   t.equal(await b.getText(session), 'reasoning');
 });
 
+t.test('adds answer in the order they were sent, and the first gives the counter its lifetime', async (t) => {
+  const prefix = `${redisNamespace(t)}order:`;
+  const c = await openRedisCounters(t, { prefix });
+  const key = unique('order');
+  const answers: number[] = [];
+  await Promise.all([1, 2, 4].map((n) => c.incr(key, n, 60).then((total) => answers.push(total))));
+  t.same(answers, [1, 3, 7], 'the first add (which also sets the expiry) answers first');
+  const ttl = await c.client.ttl(prefix + key);
+  t.ok(ttl > 0 && ttl <= 60, `expires within its window (ttl ${ttl})`);
+});
+
 t.test('the prefix namespaces every key; the default is sluice:', async (t) => {
   const a = await openRedisCounters(t);
   const b = await openRedisCounters(t);
