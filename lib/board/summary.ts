@@ -246,7 +246,7 @@ export async function computeSummary(d: SummaryDeps): Promise<T.Summary> {
   const D_DIMS = ['all', 'endpoint', 'outcome', 'status', 'profile', 'pmodel', 'tier', 'auto', 'degradation', 'route', 'provider'];
   const H_DIMS = ['all', 'endpoint', 'outcome', 'status', 'provider'];
   // Each window summed by the store: a few hundred rows back, whatever the request count.
-  const [hRows, hSeries, dToday, d7Rows, dMonth, dSeries, hHist, todayHist, d7Hist, monthHist, topSessions, activeSessionHours, endUsersToday, endUsersPrior, tools, runs, runHist, authToday, authTop, audit, bursts, recent, snaps, hourRows, hourSessions, hourHist] = await Promise.all([
+  const [hRows, hSeries, dToday, d7Rows, dMonth, dSeries, hHist, todayHist, d7Hist, monthHist, topSessions, spendingSessions, endUsersToday, endUsersPrior, tools, runs, runHist, authToday, authTop, audit, bursts, recent, snaps, hourRows, hourSessions, hourHist] = await Promise.all([
     store.boardSums({ grain: 'h', dims: H_DIMS, from: h24, to: hourNow }),
     store.boardSums({ grain: 'h', dims: ['all'], from: h24, to: hourNow, byBucket: true }),
     store.boardSums({ grain: 'd', dims: D_DIMS, from: today, to: today }),
@@ -311,7 +311,7 @@ export async function computeSummary(d: SummaryDeps): Promise<T.Summary> {
       const [profile, end_user] = r.key.split(SEP);
       return { profile, end_user, today_usd: r.cost_usd, prior_usd: prior.get(r.key)?.cost_usd ?? 0, prior_days: prior.get(r.key)?.buckets ?? 0 };
     }),
-    sessions: activeSessionHours.map(({ key, ...spend }) => {
+    sessions: spendingSessions.map(({ key, ...spend }) => {
       const [profile, session, endUser] = key.split(SEP);
       return { profile, subject: session || endUser, ...spend };
     }),
