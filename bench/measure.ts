@@ -37,7 +37,7 @@ function threadKind(pid: number, tid: string, name: string): string {
 
 /**
  * CPU µs of each kind of thread: main (thread id = pid, the event loop), V8 helpers (GC and
- * compiler), the SQLite store thread, other.
+ * compiler), the store thread (SQLite or Postgres), other.
  */
 function threadsUs(pid: number): Map<string, number> {
   const out = new Map<string, number>();

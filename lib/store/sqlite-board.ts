@@ -1,7 +1,7 @@
 // The board's part of the embedded Store: rollup upserts (called inside insertRequests' and
 // insertAudit's transactions, for rows actually inserted), cost corrections, the backfill of a
 // 0.3.0 store, retention, and the board's reads. node:sqlite is synchronous: this runs in the
-// store's thread (sqlite-thread.ts), where a backfill slice holds other calls for about half a
+// store's thread (thread.ts), where a backfill slice holds other calls for about half a
 // second at most. Never returns a key or a prompt.
 
 import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';

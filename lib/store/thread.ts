@@ -1,11 +1,13 @@
-// The embedded store as the gateway uses it: the SQLite Store (sqlite.ts) running in a worker
-// thread (sqlite-worker.ts), reached by messages. Each Store call becomes one message and one
-// reply, so nothing synchronous of SQLite's (a batch insert, a board query, a checkpoint's fsync)
-// ever stalls the event loop that streams responses. The worker keeps the process alive only
-// while a call is waiting. It never changes what a Store call means, only where it runs.
+// The store as the gateway uses it: the SQLite Store (sqlite.ts) or the Postgres Store
+// (postgres.ts) running in a worker thread (worker.ts), reached by messages. Each Store call
+// becomes one message and one reply, so nothing of the store's (SQLite's synchronous inserts,
+// board queries and checkpoint fsyncs; Postgres's row encoding, rollup aggregation and the
+// batch's objects held across a transaction's round trips) runs or collects on the event loop
+// that streams responses. The worker keeps the process alive only while a call is waiting. It
+// never changes what a Store call means, only where it runs.
 
 import { Worker } from 'node:worker_threads';
-import type { Call, Reply } from './sqlite-worker.ts';
+import type { Call, Reply, Target } from './worker.ts';
 import { KeyConflictError, type Store } from './store.ts';
 
 function toError(e: Extract<Reply, { ok: false }>['error']): Error {
@@ -17,10 +19,13 @@ function toError(e: Extract<Reply, { ok: false }>['error']): Error {
   return err;
 }
 
-export function openSqliteThreadStore(file: string): Store {
+/** How long close() waits for the worker to end: the Postgres driver's own end timeout (5 s) and a second. */
+const CLOSE_MS = 6000;
+
+export function openThreadStore(opened: Target): Store {
   // A small young generation: the worker's garbage is row batches, and V8's default growth (to 32
   // MiB and more) would only add RSS.
-  const worker = new Worker(new URL('./sqlite-worker.ts', import.meta.url), { workerData: { file }, resourceLimits: { maxYoungGenerationSizeMb: 8 } });
+  const worker = new Worker(new URL('./worker.ts', import.meta.url), { workerData: opened, resourceLimits: { maxYoungGenerationSizeMb: 8 } });
   worker.unref();
   const waiting = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
   let next = 0;
@@ -56,12 +61,12 @@ export function openSqliteThreadStore(file: string): Store {
 
   let closing: Promise<void> | undefined;
   const target = {
-    kind: 'sqlite' as const,
+    kind: opened.kind,
     close(): Promise<void> {
-      // The worker closes its port after closing the file, and so ends on its own; a worker that
-      // does not end within a second is stopped.
+      // The worker closes its port after closing the store, and so ends on its own; a worker that
+      // does not end in time is stopped.
       closing ??= dead ? Promise.resolve() : new Promise<void>((resolve) => {
-        const timer = setTimeout(() => void worker.terminate(), 1000);
+        const timer = setTimeout(() => void worker.terminate(), CLOSE_MS);
         worker.once('exit', () => {
           clearTimeout(timer);
           resolve();

@@ -1,19 +1,25 @@
-// The worker thread that owns the embedded store's SQLite connection (lib/store/sqlite-thread.ts
-// starts it). node:sqlite is synchronous: every statement, batch insert, rollup update and WAL
-// checkpoint with its fsync runs here, never on the gateway's event loop. It answers one message
-// per Store call, in order; it never holds state beyond the open store.
+// The worker thread that owns the gateway's store connection (lib/store/thread.ts starts it): the
+// SQLite file or the Postgres pool. Every statement, batch insert, rollup aggregation and upsert,
+// WAL checkpoint and driver round trip runs here, never on the event loop that streams responses,
+// and the objects a write keeps alive across its round trips live and die in this thread's heap.
+// It answers one message per Store call (SQLite's in order; Postgres's as each completes) and
+// holds no state beyond the open store.
 
 import { parentPort, workerData } from 'node:worker_threads';
+import { openPostgresStore } from './postgres.ts';
 import { openSqliteStore } from './sqlite.ts';
 import type { Store } from './store.ts';
 
+/** What the thread opens: the embedded file or a Postgres URL. */
+export type Target = { kind: 'sqlite'; file: string } | { kind: 'postgres'; url: string };
 export interface Call { id: number; method: string; args: unknown[] }
 export type Reply =
   | { id: number; ok: true; value: unknown }
   | { id: number; ok: false; error: { name: string; message: string; code?: string } };
 
 const port = parentPort!;
-const store = openSqliteStore((workerData as { file: string }).file) as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
+const target = workerData as Target;
+const store = (target.kind === 'postgres' ? openPostgresStore(target.url) : openSqliteStore(target.file)) as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
 
 port.on('message', async (call: Call) => {
   let reply: Reply;

@@ -41,3 +41,19 @@ t.test('a NUL in a row\'s strings does not make its batch unwritable (Postgres t
   t.strictSame(got.tools, ['t\ufffd', 'the text \\u0000'], 'in tools too; an escaped backslash before u0000 is text and stays');
   t.equal(rows.find((r) => r.id === plain.id)!.end_user, 'back\\u0000slash', 'a row without a NUL is untouched');
 });
+
+t.test('the worker thread: errors keep their kind and code, a closed store refuses calls', async (t) => {
+  const store = await open(t);
+  const key = { key_hash: 'd'.repeat(64), prefix: 'p', profile: 'team', name: 'n', ip_allow: '', created_at: '2025-03-01T10:00:00.000Z', expires_at: null };
+  await store.createKey(key);
+  await t.rejects(store.createKey({ ...key, key_hash: 'e'.repeat(64) }), { name: 'KeyConflictError' }, 'a conflict is still a KeyConflictError');
+  await t.rejects(store.listRequests(-1), { code: '2201W', message: /LIMIT must not be negative/ }, "Postgres's own error code crosses the thread");
+  await store.close();
+  await store.close();
+  await t.rejects(store.listKeys(), /closed/, 'calls after close fail');
+});
+
+t.test("the worker thread: an unreachable Postgres fails openStore with the connection's own error", async (t) => {
+  // Port 1 on loopback: nothing listens there, so the connection is refused at once.
+  await t.rejects(openStore({ databaseUrl: 'postgres://root@127.0.0.1:1/none', dataDir: tmpdir() }), { code: 'ECONNREFUSED' });
+});

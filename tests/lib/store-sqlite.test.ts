@@ -23,7 +23,7 @@ async function open(t: Test): Promise<Store> {
   return store;
 }
 
-// openStore runs SQLite in a worker thread (lib/store/sqlite-thread.ts); the same contract holds for
+// openStore runs SQLite in a worker thread (lib/store/thread.ts); the same contract holds for
 // the store run in this thread, which is what that worker wraps.
 storeContract(t, open);
 t.test('in this thread', async (t) => {
