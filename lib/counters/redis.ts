@@ -4,6 +4,7 @@
 // once in the log and in /health, and returns to Redis when it is back.
 // The client never queues commands offline: a request must not wait for a Redis that is away.
 
+import type { Socket } from 'node:net';
 import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
@@ -189,9 +190,33 @@ export class RedisCounters implements Counters {
     return this.refusals.refused(Refusals.id(bucket, limit, windowS, opts.blockS), limit, opts.next) || this.fallback.refused(bucket, limit, windowS, opts);
   }
 
+  /** The socket corked in this turn of the event loop, uncorked at the turn's end. */
+  private corked: Socket | null = null;
+  private readonly uncork = (): void => {
+    const s = this.corked;
+    this.corked = null;
+    s?.uncork();
+  };
+
+  /**
+   * The commands of one turn of the event loop leave in one write: the socket is corked at the
+   * first and uncorked when the turn ends (setImmediate runs after the turn's I/O callbacks).
+   * Without it each command was its own write syscall; ioredis's auto-pipelining does the same
+   * with a Map and a Set per tick, which cost promotion (see the constructor).
+   */
+  private corkTurn(): void {
+    if (this.corked) return;
+    const stream = (this.client as unknown as { stream?: Socket }).stream;
+    if (!stream || stream.destroyed) return;
+    stream.cork();
+    this.corked = stream;
+    setImmediate(this.uncork);
+  }
+
   /** Runs a Redis operation, or the in-memory one while Redis is away. */
   private async either<T>(redis: () => Promise<T>, memory: () => Promise<T>): Promise<T> {
     if (this.client.status !== 'ready') return memory();
+    this.corkTurn();
     try {
       const value = await redis();
       if (this.down) this.markUp();

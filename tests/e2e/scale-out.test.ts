@@ -84,10 +84,13 @@ t.test('the budget state is shared: spend through A degrades and then blocks B',
   const spend = await chat(A.url, key, { sim: 'reasoning=300' });
   t.equal(spend.status, 200);
   t.equal(spend.headers.get('x-sluice-degradation'), 'none');
-  const degraded = await until('B to see the spend through A', async () => {
-    const r = await chat(B.url, key, { model: 'sluice/agent', reply: 'k' });
+  // B polls with the cheapest request (the fast tier, a one-token reply): each poll spends too,
+  // and polls at the agent tier's prices could carry B past the next threshold on their own.
+  await until('B to see the spend through A', async () => {
+    const r = await chat(B.url, key, { reply: 'k' });
     return r.headers.get('x-sluice-degradation') === 'none' ? undefined : r;
   }, 5000);
+  const degraded = await chat(B.url, key, { model: 'sluice/agent', reply: 'k' });
   t.equal(degraded.status, 200);
   t.equal(degraded.headers.get('x-sluice-degradation'), 'fast-only', 'B degrades on spend it never saw itself');
   t.equal(degraded.headers.get('x-sluice-tier'), 'fast', 'the agent tier asked for becomes the fast tier');

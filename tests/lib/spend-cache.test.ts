@@ -29,18 +29,39 @@ function logged(t: Test) {
   return { inner, calls, counters, failNext: (n: number) => (failIncr = n) };
 }
 
-t.test('adds of one turn travel together, after the turn', async (t) => {
+t.test('adds travel together, one per counter, by the flush timer (10 ms after the first by default)', async (t) => {
   const { calls, counters, inner } = logged(t);
+  let sent!: () => void;
+  const firstSend = new Promise<void>((r) => (sent = r));
+  const incr = counters.incr.bind(counters);
+  counters.incr = (k, a, ttl) => (sent(), incr(k, a, ttl));
   const c = new SpendCache(counters);
+  const t0 = performance.now();
   for (let i = 0; i < 5; i++) await c.incr('day', 10, 60);
   await c.incr('month', 7, 60);
   t.same(calls, [], 'nothing sent while the turn runs');
   t.equal(await c.get('day'), 50, 'counted here at once');
   await turn();
+  t.same(calls.filter((x) => x.startsWith('incr')), [], 'nor at the end of the turn');
+  const alive = setInterval(() => {}, 1000); // the timer is unref'd: a server keeps the process up, this test must
+  await firstSend;
+  clearInterval(alive);
+  t.ok(performance.now() - t0 >= 5, 'the timer sent them');
   await c.flush();
   t.same(calls.filter((x) => x.startsWith('incr')), ['incr day 50', 'incr month 7'], 'one incr per counter');
   t.equal(await inner.get('day'), 50);
   t.equal(await c.get('day'), 50, 'not counted twice once sent');
+});
+
+t.test('with flushMs 0, adds travel at the end of the turn', async (t) => {
+  const { calls, counters } = logged(t);
+  const c = new SpendCache(counters, { flushMs: 0 });
+  c.incr('day', 10, 60);
+  c.incr('day', 5, 60);
+  t.same(calls, [], 'nothing sent while the turn runs');
+  await turn();
+  t.same(calls, ['incr day 15'], 'sent once the turn ended');
+  await c.flush();
 });
 
 t.test('reads: the first awaited, then served; stale ones refreshed behind; observed values count', async (t) => {
@@ -110,7 +131,7 @@ t.test('a read that overlaps an increment in flight is not taken: the increment 
       return total;
     },
   } as unknown as Counters;
-  const c = new SpendCache(counters, { readTtlMs: 0 });
+  const c = new SpendCache(counters, { readTtlMs: 0, flushMs: 0 });
   t.equal(await c.get('day'), undefined);
   c.incr('day', 2, 60);
   await turn(); // flushed: applied in the backing, not answered
@@ -148,7 +169,7 @@ t.test('increments answered out of order: the newer answer stands, nothing count
       return total;
     },
   } as unknown as Counters;
-  const c = new SpendCache(counters);
+  const c = new SpendCache(counters, { flushMs: 0 });
   t.equal(await c.get('day'), undefined);
   c.incr('day', 2, 60);
   await turn(); // the first add: applied, its answer held
