@@ -157,37 +157,45 @@ export class RedisCounters implements Counters {
   }
 
   async check(checks: readonly Check[], reads: readonly string[] = []): Promise<CheckResult> {
-    const keys: string[] = [];
-    const args: Array<string | number> = [];
-    for (const c of checks) {
+    // Hot path (every proxied request): one array for the script's arguments, loops, no closures.
+    const n = checks.length;
+    const argv: Array<string | number> = [n + reads.length];
+    for (let i = 0; i < n; i++) {
+      const c = checks[i]!;
       // A consume that crosses a block's threshold needs rate-limiter-flexible's second step: use consume().
       if (!c.peek && c.blockS) throw new Error('check() consumes only windows without a block');
-      keys.push(`${this.limiter(c.limit, c.windowS, c.blockS).keyPrefix}:${c.bucket}`);
-      args.push(c.peek ? 1 : 0, c.windowS, c.limit);
+      argv.push(`${this.limiter(c.limit, c.windowS, c.blockS).keyPrefix}:${c.bucket}`);
     }
-    for (const k of reads) keys.push(this.prefix + k);
-    const result = await this.either(async () => {
-      const raw = await (this.client as unknown as { sluiceCheck(n: number, ...a: Array<string | number>): Promise<Array<number | string>> })
-        .sluiceCheck(keys.length, ...keys, ...args);
-      const verdicts = checks.map((c, i): Verdict | undefined => {
-        const count = raw[2 * i] as number;
-        return count === -1 ? undefined : { allowed: count <= c.limit, count, msLeft: Math.max(0, raw[2 * i + 1] as number) };
-      });
-      const values = reads.map((_, i) => {
-        const v = raw[2 * checks.length + i];
-        return v === '' ? undefined : Number(v);
-      });
-      return { verdicts, values };
-    }, async () => this.fallback.check(checks, reads));
-    checks.forEach((c, i) => {
+    for (let i = 0; i < reads.length; i++) argv.push(this.prefix + reads[i]);
+    for (let i = 0; i < n; i++) argv.push(checks[i]!.peek ? 1 : 0, checks[i]!.windowS, checks[i]!.limit);
+    const result = await this.either(() => this.checkScript(checks, reads, argv), async () => this.fallback.check(checks, reads));
+    for (let i = 0; i < n; i++) {
+      const c = checks[i]!;
       const v = result.verdicts[i];
-      if (v) this.refusals.note(Refusals.id(c.bucket, c.limit, c.windowS, c.blockS), c.limit, v);
-    });
+      // Refusals keeps only windows at their limit: below it, no id is built.
+      if (v && v.count >= c.limit) this.refusals.note(Refusals.id(c.bucket, c.limit, c.windowS, c.blockS), c.limit, v);
+    }
     return result;
   }
 
+  private async checkScript(checks: readonly Check[], reads: readonly string[], argv: Array<string | number>): Promise<CheckResult> {
+    const raw = await (this.client as unknown as { sluiceCheck(...a: Array<string | number>): Promise<Array<number | string>> }).sluiceCheck(...argv);
+    const n = checks.length;
+    const verdicts: Array<Verdict | undefined> = new Array(n);
+    for (let i = 0; i < n; i++) {
+      const count = raw[2 * i] as number;
+      verdicts[i] = count === -1 ? undefined : { allowed: count <= checks[i]!.limit, count, msLeft: Math.max(0, raw[2 * i + 1] as number) };
+    }
+    const values: Array<number | undefined> = new Array(reads.length);
+    for (let i = 0; i < reads.length; i++) {
+      const v = raw[2 * n + i];
+      values[i] = v === '' ? undefined : Number(v);
+    }
+    return { verdicts, values };
+  }
+
   refused(bucket: string, limit: number, windowS: number, opts: { blockS?: number; next?: boolean } = {}): boolean {
-    return this.refusals.refused(Refusals.id(bucket, limit, windowS, opts.blockS), limit, opts.next) || this.fallback.refused(bucket, limit, windowS, opts);
+    return (!this.refusals.empty && this.refusals.refused(Refusals.id(bucket, limit, windowS, opts.blockS), limit, opts.next)) || this.fallback.refused(bucket, limit, windowS, opts);
   }
 
   /** The socket corked in this turn of the event loop, uncorked at the turn's end. */

@@ -35,6 +35,11 @@ export class Refusals {
     return v;
   }
 
+  /** Nothing is held: a caller may skip building an id to ask about (the common case). */
+  get empty(): boolean {
+    return this.seen.size === 0;
+  }
+
   /** Whether the window was seen over `limit` (with `next`: at it or over). */
   refused(id: string, limit: number, next = false): boolean {
     const s = this.seen.get(id);

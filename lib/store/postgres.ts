@@ -36,10 +36,13 @@ const REQUEST_COLUMNS = [
  * names, and `tools`, an array, lands as its JSON text. Binding 28 parameters per row cost the
  * event loop ~40 µs a row in the driver; JSON.stringify costs ~2. The parameter is typed text (as
  * json, the driver would encode the string once more). Columns not named keep their defaults.
+ * One row comes back, not one per row: how many were inserted, and their ids only when that is
+ * fewer than were sent (a replay), so the rollups skip the rows already there.
  */
-const INSERT_REQUESTS = `INSERT INTO requests (${REQUEST_COLUMNS.join(', ')})
-  SELECT ${REQUEST_COLUMNS.join(', ')} FROM json_populate_recordset(NULL::requests, $1::text::json)
-  ON CONFLICT (id) DO NOTHING RETURNING id`;
+const INSERT_REQUESTS = `WITH ins AS (INSERT INTO requests (${REQUEST_COLUMNS.join(', ')})
+    SELECT ${REQUEST_COLUMNS.join(', ')} FROM json_populate_recordset(NULL::requests, $1::text::json)
+    ON CONFLICT (id) DO NOTHING RETURNING id)
+  SELECT count(*)::int AS n, CASE WHEN count(*) < $2 THEN array_agg(id) END AS ids FROM ins`;
 
 /**
  * The batch as that JSON parameter. A NUL character, which Postgres text cannot hold, becomes
@@ -204,10 +207,14 @@ export function openPostgresStore(url: string): Store {
       const safe = pgRows(rows);
       // The rows land together with their rollups or not at all.
       await sql.begin(async (tx) => {
-        const inserted = new Set<string>();
-        for (const r of await tx.unsafe(INSERT_REQUESTS, [safe.json])) inserted.add(r.id as string);
+        const [{ n, ids }] = await tx.unsafe(INSERT_REQUESTS, [safe.json, safe.rows.length]);
         // board: only rows actually inserted count toward the rollups (a replayed id is skipped)
-        await rollUpRequestsPostgres(tx, safe.rows.filter((r) => inserted.has(r.id)), sql);
+        let inserted = safe.rows;
+        if (n < safe.rows.length) {
+          const fresh = new Set<string>(ids ?? []);
+          inserted = safe.rows.filter((r) => fresh.has(r.id));
+        }
+        await rollUpRequestsPostgres(tx, inserted, sql);
       });
     },
 
