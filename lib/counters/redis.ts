@@ -156,30 +156,29 @@ export class RedisCounters implements Counters {
     return this.refusals.note(Refusals.id(bucket, limit, windowS, opts.blockS), limit, v);
   }
 
-  async check(checks: readonly Check[], reads: readonly string[] = []): Promise<CheckResult> {
-    // Hot path (every proxied request): one array for the script's arguments, loops, no closures.
+  check(checks: readonly Check[], reads: readonly string[] = []): CheckResult | Promise<CheckResult> {
+    // While Redis is away the memory windows answer at once.
+    if (this.client.status !== 'ready') return this.noted(checks, this.fallback.check(checks, reads));
+    // Hot path (every proxied request): one array for the script's arguments, loops, and one
+    // promise over ioredis's own (no async wrappers).
     const n = checks.length;
     const argv: Array<string | number> = [n + reads.length];
     for (let i = 0; i < n; i++) {
       const c = checks[i]!;
       // A consume that crosses a block's threshold needs rate-limiter-flexible's second step: use consume().
-      if (!c.peek && c.blockS) throw new Error('check() consumes only windows without a block');
+      if (!c.peek && c.blockS) return Promise.reject(new Error('check() consumes only windows without a block'));
       argv.push(`${this.limiter(c.limit, c.windowS, c.blockS).keyPrefix}:${c.bucket}`);
     }
     for (let i = 0; i < reads.length; i++) argv.push(this.prefix + reads[i]);
     for (let i = 0; i < n; i++) argv.push(checks[i]!.peek ? 1 : 0, checks[i]!.windowS, checks[i]!.limit);
-    const result = await this.either(() => this.checkScript(checks, reads, argv), async () => this.fallback.check(checks, reads));
-    for (let i = 0; i < n; i++) {
-      const c = checks[i]!;
-      const v = result.verdicts[i];
-      // Refusals keeps only windows at their limit: below it, no id is built.
-      if (v && v.count >= c.limit) this.refusals.note(Refusals.id(c.bucket, c.limit, c.windowS, c.blockS), c.limit, v);
-    }
-    return result;
+    this.corkTurn();
+    return (this.client as unknown as { sluiceCheck(...a: Array<string | number>): Promise<Array<number | string>> })
+      .sluiceCheck(...argv).then((raw) => this.parseCheck(checks, reads, raw), (err: Error) => this.checkFailed(checks, reads, err));
   }
 
-  private async checkScript(checks: readonly Check[], reads: readonly string[], argv: Array<string | number>): Promise<CheckResult> {
-    const raw = await (this.client as unknown as { sluiceCheck(...a: Array<string | number>): Promise<Array<number | string>> }).sluiceCheck(...argv);
+  /** The script's answer as verdicts and values. */
+  private parseCheck(checks: readonly Check[], reads: readonly string[], raw: Array<number | string>): CheckResult {
+    if (this.down) this.markUp();
     const n = checks.length;
     const verdicts: Array<Verdict | undefined> = new Array(n);
     for (let i = 0; i < n; i++) {
@@ -191,7 +190,23 @@ export class RedisCounters implements Counters {
       const v = raw[2 * n + i];
       values[i] = v === '' ? undefined : Number(v);
     }
-    return { verdicts, values };
+    return this.noted(checks, { verdicts, values });
+  }
+
+  /** The script failed: Redis is marked down and the memory windows answer. */
+  private checkFailed(checks: readonly Check[], reads: readonly string[], err: Error): CheckResult {
+    this.markDown(err.message);
+    return this.noted(checks, this.fallback.check(checks, reads));
+  }
+
+  /** Remembers the windows at their limit (below it no id is built) and passes the result on. */
+  private noted(checks: readonly Check[], result: CheckResult): CheckResult {
+    for (let i = 0; i < checks.length; i++) {
+      const c = checks[i]!;
+      const v = result.verdicts[i];
+      if (v && v.count >= c.limit) this.refusals.note(Refusals.id(c.bucket, c.limit, c.windowS, c.blockS), c.limit, v);
+    }
+    return result;
   }
 
   refused(bucket: string, limit: number, windowS: number, opts: { blockS?: number; next?: boolean } = {}): boolean {
@@ -288,3 +303,4 @@ async function toVerdict(limit: number, p: Promise<RateLimiterRes>): Promise<Ver
     throw err;
   }
 }
+

@@ -205,6 +205,10 @@ t.test('a command that times out marks degraded only until Redis answers again',
   relay.stall();
   t.equal(await within(1500, 'incr', c.incr(spend, 5, 600)), 5, 'a stalled Redis: memory answers after the command timeout');
   t.match(await within(1500, 'consume', c.consume(unique('bucket'), 3, 60)), { allowed: true, count: 1 });
+  const tight = unique('tight');
+  const checked = await within(1500, 'check', Promise.resolve(c.check([{ bucket: tight, limit: 0, windowS: 60 }], [spend])));
+  t.match(checked.verdicts[0], { allowed: false, count: 1 }, "check's script timed out: memory's window answers");
+  t.ok(c.refused(tight, 0, 60), 'the refusal it answered is remembered');
   t.equal(c.degraded, true, 'degraded while Redis does not answer');
   t.equal(c.client.status, 'ready', 'the connection itself never dropped');
 
