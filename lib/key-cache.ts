@@ -2,6 +2,8 @@
 // a miss one store query plus a fire-and-forget `last_used_at` update. Unknown hashes are cached
 // too, so a flood of made-up keys cannot reach the store; the cache is bounded (oldest evicted).
 // A revocation or expiry therefore takes effect within `ttlMs` in every running process.
+// Lookups of one hash in flight at once share one query: when a busy key's entry expires, the
+// requests arriving during its lookup's round trip (a burst: hundreds) wait for that one.
 
 import { compileIpList } from './client-ip.ts';
 import type { AuthedKey } from './context.ts';
@@ -11,6 +13,8 @@ interface Entry { key: AuthedKey | null; until: number }
 
 export class KeyCache {
   private readonly entries = new Map<string, Entry>();
+  /** Lookups on their way to the store, by hash. */
+  private readonly inflight = new Map<string, Promise<AuthedKey | null>>();
   private readonly store: Store;
   private readonly ttlMs: number;
   private readonly max: number;
@@ -41,6 +45,16 @@ export class KeyCache {
     const now = this.now();
     const hit = this.entries.get(hash);
     if (hit && hit.until > now) return hit.key;
+    let pending = this.inflight.get(hash);
+    if (!pending) {
+      pending = this.fetch(hash, now, hit).finally(() => this.inflight.delete(hash));
+      this.inflight.set(hash, pending);
+    }
+    return pending;
+  }
+
+  /** One store query for the hash (and one touch of a known key); caches the answer. */
+  private async fetch(hash: string, now: number, hit: Entry | undefined): Promise<AuthedKey | null> {
     let key: AuthedKey | null;
     try {
       const row = await this.store.keyByHash(hash);

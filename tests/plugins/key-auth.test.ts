@@ -1,7 +1,8 @@
 // plugins/key-auth.ts and the lookup cache under it (lib/key-cache.ts), without a server: which
 // header carries the key, the outcome audited for each refusal (steps 2–5) with its prefix, that a
 // malformed key is refused before any lookup, the expiry boundary, and the cache's 60 s, its
-// last_used_at touches on misses only, its caching of unknown hashes and its stale fallback.
+// last_used_at touches on misses only, its caching of unknown hashes, its stale fallback, and one
+// query for lookups of a hash in flight at once.
 
 import t from 'tap';
 import type { Ctx } from '../../lib/context.ts';
@@ -149,6 +150,28 @@ t.test('the cache: a store failure keeps a known key on its last state, and fail
   const unseen = await s.run({ authorization: `Bearer ${generateKey('dev')}` });
   t.ok(unseen.err instanceof GatewayError && unseen.err.code === 'store_unavailable', 'an unseen key answers 503 store_unavailable, not a 401');
   t.equal(s.failures.length, 0, 'a store failure is not an auth failure');
+});
+
+t.test('the cache: lookups of one hash in flight at once share one query and one touch', async (t) => {
+  const valid = generateKey('dev');
+  const s = setup([row(valid)]);
+  // A burst arriving as the entry expires: every request misses before the first lookup answers.
+  const burst = await Promise.all(Array.from({ length: 50 }, () => s.run({ authorization: `Bearer ${valid}` })));
+  t.ok(burst.every((r) => r.err === undefined && r.ctx.key?.row.id === 7), 'all 50 pass');
+  t.same(s.calls.lookups, [hashKey(valid)], 'one store query');
+  t.equal(s.calls.touches.length, 1, 'one touch');
+  s.clock.now = NOW + 60_000;
+  await Promise.all([s.run({ authorization: `Bearer ${valid}` }), s.run({ authorization: `Bearer ${valid}` })]);
+  t.equal(s.calls.lookups.length, 2, 'once expired, the next burst queries once more');
+
+  s.calls.fail = true;
+  const unseen = generateKey('dev');
+  const failed = await Promise.all([s.run({ 'x-api-key': unseen }), s.run({ 'x-api-key': unseen })]);
+  t.ok(failed.every((r) => r.err instanceof GatewayError && r.err.code === 'store_unavailable'), 'a failed query fails every request that shared it');
+  t.equal(s.calls.lookups.length, 3, 'with one query');
+  s.calls.fail = false;
+  t.equal((await s.run({ 'x-api-key': unseen })).err?.code, 'invalid_api_key', 'the failure is not kept: the next request asks again');
+  t.equal(s.calls.lookups.length, 4);
 });
 
 t.test('the cache is bounded', async (t) => {
