@@ -303,4 +303,3 @@ async function toVerdict(limit: number, p: Promise<RateLimiterRes>): Promise<Ver
     throw err;
   }
 }
-
