@@ -21,6 +21,7 @@ export class Recorder {
   private readonly flushMs: number;
   private readonly batch: number;
   private readonly memoryLimit: number;
+  private readonly closeWaitMs: number;
   private timer?: NodeJS.Timeout;
   private running?: Promise<void>;
   private failing = false;
@@ -32,7 +33,7 @@ export class Recorder {
   /** Emits 'row' (RequestRow) as each row is queued: tests wait on it instead of sleeping. */
   readonly events = new EventEmitter();
 
-  constructor(opts: { store: Store; log: Logger; dataDir: string; flushMs?: number; batch?: number; memoryLimit?: number }) {
+  constructor(opts: { store: Store; log: Logger; dataDir: string; flushMs?: number; batch?: number; memoryLimit?: number; closeWaitMs?: number }) {
     this.store = opts.store;
     this.log = opts.log;
     this.dir = opts.dataDir;
@@ -42,6 +43,9 @@ export class Recorder {
     this.flushMs = opts.flushMs ?? 500;
     this.batch = opts.batch ?? 2_000;
     this.memoryLimit = opts.memoryLimit ?? 5_000;
+    // How long the final flush may wait for a store that does not answer (a query queued behind a
+    // reconnect during an outage) before the rows go to the spool.
+    this.closeWaitMs = opts.closeWaitMs ?? 5_000;
   }
 
   /** Rows spooled by an earlier process come home at start-up, not only once traffic arrives. */
@@ -163,9 +167,17 @@ export class Recorder {
     }
   }
 
-  /** Final flush at shutdown: what cannot reach the store goes to the spool for the next start. */
+  /**
+   * Final flush at shutdown: what cannot reach the store goes to the spool for the next start. A
+   * store that has not answered within closeWaitMs does not hold the shutdown: the rows still
+   * queued, those of the write in flight included, are spooled (their ids make a late landing of
+   * that write harmless: the replay skips them).
+   */
   async close(): Promise<void> {
-    await this.flush();
+    let waited: NodeJS.Timeout | undefined;
+    const late = new Promise<void>((resolve) => (waited = setTimeout(resolve, this.closeWaitMs)));
+    await Promise.race([this.flush(), late]);
+    clearTimeout(waited);
     if (this.queue.length > 0) await this.spool();
     clearTimeout(this.timer);
     this.timer = undefined;

@@ -113,7 +113,11 @@ function toRequest(raw: Raw): RequestRow {
 export function openPostgresStore(url: string): Store {
   // Small pool: the store's writes are batched off the request path, so few connections suffice.
   // onnotice is silenced because every IF NOT EXISTS on a second migrate() raises a NOTICE.
-  const sql = postgres(url, { max: 4, onnotice: () => {} });
+  // During an outage each queued query waits for a connection attempt of its own, and the
+  // driver's default backoff grows to 20 s between attempts: a shutdown's last writes waited
+  // minutes for connections that were refused at once. At most 1 s between attempts and 10 s to
+  // connect: a store call fails fast, and its caller's fallback (the spool, a cached key) answers.
+  const sql = postgres(url, { max: 4, onnotice: () => {}, connect_timeout: 10, backoff: (retries: number) => Math.min(0.05 * 2 ** retries, 1) });
 
   return {
     kind: 'postgres',

@@ -35,12 +35,14 @@ interface Setup {
   inner: Store;
   /** true: every insert fails; a function: decides per call (1-based call number). */
   fail: boolean | ((rows: RequestRow[], call: number) => boolean);
+  /** Set: inserts wait for this promise before doing anything (a store that does not answer). */
+  hold?: Promise<void>;
   /** The ids offered to insertRequests, per call, failed calls included. */
   calls: string[][];
   /** 'inserted'(rows) after a successful insert, 'failed'(rows) after a refused one. */
   events: EventEmitter;
   logs: Array<Record<string, any>>;
-  recorder(opts?: { flushMs?: number; batch?: number; memoryLimit?: number }): Recorder;
+  recorder(opts?: { flushMs?: number; batch?: number; memoryLimit?: number; closeWaitMs?: number }): Recorder;
   /** Ids of every row stored, sorted. */
   storedIds(): Promise<string[]>;
   spoolFiles(): string[];
@@ -66,6 +68,7 @@ async function setup(t: Test): Promise<Setup> {
       ...inner,
       async insertRequests(rows) {
         const call = s.calls.push(rows.map((r) => r.id));
+        if (s.hold) await s.hold;
         if (typeof s.fail === 'function' ? s.fail(rows, call) : s.fail) {
           s.events.emit('failed', rows);
           throw new Error('connect ECONNREFUSED (test)');
@@ -206,6 +209,25 @@ t.test('close() during an outage spools every held row', async (t) => {
   t.equal(r.pending, 4);
   t.same(await s.storedIds(), []);
   t.ok(s.logs.some((l) => l.msg === 'request rows spooled to disk' && l.rows === 4));
+});
+
+t.test('close() with a store that does not answer spools the rows of the write in flight, and they land once', async (t) => {
+  const s = await setup(t);
+  const r = s.recorder({ closeWaitMs: 200 });
+  await r.flush();
+  let answer!: () => void;
+  s.hold = new Promise<void>((resolve) => (answer = resolve));
+  const rows = Array.from({ length: 3 }, () => requestRow());
+  for (const row of rows) r.add(row);
+  void r.flush(); // the write is now in flight, and the store does not answer
+  await r.close();
+  t.same(s.spooledIds(), ids(rows), 'close() gave up waiting and spooled the rows in flight');
+  // The store answers after all: the write lands, and the spool's replay skips those ids.
+  s.hold = undefined;
+  answer();
+  await r.flush(); // the round that was in flight, and its replay of the spool
+  t.same(await s.storedIds(), ids(rows), 'each row stored once');
+  t.same(s.spoolFiles(), [], 'the spool was replayed');
 });
 
 t.test('a spool left by an earlier process is replayed by the first flush, with no traffic', async (t) => {

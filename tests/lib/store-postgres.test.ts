@@ -7,6 +7,7 @@ import t, { type Test } from 'tap';
 import { openStore } from '../../lib/store/open.ts';
 import type { Store } from '../../lib/store/store.ts';
 import { freshPostgresUrl } from '../helpers/postgres.ts';
+import { startRelay } from '../helpers/relay.ts';
 import { storeContract } from './store.contract.ts';
 
 // One database per test: a later open(t) reconnects to the same database rather than a fresh one.
@@ -56,4 +57,25 @@ t.test('the worker thread: errors keep their kind and code, a closed store refus
 t.test("the worker thread: an unreachable Postgres fails openStore with the connection's own error", async (t) => {
   // Port 1 on loopback: nothing listens there, so the connection is refused at once.
   await t.rejects(openStore({ databaseUrl: 'postgres://root@127.0.0.1:1/none', dataDir: tmpdir() }), { code: 'ECONNREFUSED' });
+});
+
+t.test('during an outage a store call fails within about a second, however many failed before it', async (t) => {
+  // The driver's default backoff grows to 20 s between connection attempts; a shutdown's last
+  // writes then waited minutes for connections refused at once (tests/e2e/shutdown.test.ts).
+  const target = new URL(await freshPostgresUrl(t));
+  const relay = await startRelay(t, { host: target.hostname, port: Number(target.port || 5432) });
+  target.port = String(relay.port);
+  const store = await openStore({ databaseUrl: target.toString(), dataDir: tmpdir() });
+  t.teardown(() => store.close());
+  t.same(await store.listKeys(), []);
+  await relay.cut();
+  for (let i = 0; i < 10; i++) await t.rejects(store.listKeys(), `failure ${i + 1}`);
+  const t0 = performance.now();
+  await t.rejects(store.listKeys());
+  const took = performance.now() - t0;
+  t.ok(took < 3000, `the 11th failed in ${took.toFixed(0)} ms`);
+  await relay.restore();
+  let keys: unknown;
+  for (let i = 0; i < 50 && keys === undefined; i++) keys = await store.listKeys().catch(() => undefined);
+  t.same(keys, [], 'and the store answers again once Postgres is back');
 });
