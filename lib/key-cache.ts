@@ -47,14 +47,14 @@ export class KeyCache {
     if (hit && hit.until > now) return hit.key;
     let pending = this.inflight.get(hash);
     if (!pending) {
-      pending = this.fetch(hash, now, hit).finally(() => this.inflight.delete(hash));
+      pending = this.load(hash, now, hit).finally(() => this.inflight.delete(hash));
       this.inflight.set(hash, pending);
     }
     return pending;
   }
 
   /** One store query for the hash (and one touch of a known key); caches the answer. */
-  private async fetch(hash: string, now: number, hit: Entry | undefined): Promise<AuthedKey | null> {
+  private async load(hash: string, now: number, hit: Entry | undefined): Promise<AuthedKey | null> {
     let key: AuthedKey | null;
     try {
       const row = await this.store.keyByHash(hash);

@@ -86,7 +86,7 @@ export class MemoryCounters implements Counters {
   }
 
   refused(bucket: string, limit: number, windowS: number, opts: { blockS?: number; next?: boolean } = {}): boolean {
-    return !this.refusals.empty && this.refusals.refused(Refusals.id(bucket, limit, windowS, opts.blockS), limit, opts.next);
+    return this.refusals.refused(bucket, limit, windowS, opts.blockS, opts.next);
   }
 
   private live(key: string): Entry | undefined {

@@ -145,7 +145,7 @@ export class RedisCounters implements Counters {
       () => toVerdict(limit, this.limiter(limit, windowS, opts.blockS).consume(bucket, opts.points ?? 1)),
       () => this.fallback.consume(bucket, limit, windowS, opts),
     );
-    return this.refusals.note(Refusals.id(bucket, limit, windowS, opts.blockS), limit, v);
+    return this.remember(bucket, limit, windowS, opts.blockS, v);
   }
 
   async peek(bucket: string, limit: number, windowS: number, opts: { blockS?: number } = {}): Promise<Verdict> {
@@ -153,14 +153,12 @@ export class RedisCounters implements Counters {
       async () => peekVerdict(limit, await this.limiter(limit, windowS, opts.blockS).get(bucket)),
       () => this.fallback.peek(bucket, limit, windowS, opts),
     );
-    return this.refusals.note(Refusals.id(bucket, limit, windowS, opts.blockS), limit, v);
+    return this.remember(bucket, limit, windowS, opts.blockS, v);
   }
 
   check(checks: readonly Check[], reads: readonly string[] = []): CheckResult | Promise<CheckResult> {
-    // While Redis is away the memory windows answer at once.
-    if (this.client.status !== 'ready') return this.noted(checks, this.fallback.check(checks, reads));
-    // Hot path (every proxied request): one array for the script's arguments, loops, and one
-    // promise over ioredis's own (no async wrappers).
+    // Hot path (every proxied request): one array for the script's arguments, loops, and no async
+    // wrapper; while Redis is away the memory windows answer at once.
     const n = checks.length;
     const argv: Array<string | number> = [n + reads.length];
     for (let i = 0; i < n; i++) {
@@ -171,46 +169,30 @@ export class RedisCounters implements Counters {
     }
     for (let i = 0; i < reads.length; i++) argv.push(this.prefix + reads[i]);
     for (let i = 0; i < n; i++) argv.push(checks[i]!.peek ? 1 : 0, checks[i]!.windowS, checks[i]!.limit);
-    this.corkTurn();
-    return (this.client as unknown as { sluiceCheck(...a: Array<string | number>): Promise<Array<number | string>> })
-      .sluiceCheck(...argv).then((raw) => this.parseCheck(checks, reads, raw), (err: Error) => this.checkFailed(checks, reads, err));
+    return this.either(
+      () => (this.client as unknown as { sluiceCheck(...a: Array<string | number>): Promise<Array<number | string>> })
+        .sluiceCheck(...argv).then((raw) => this.checked(checks, parseCheck(checks, reads, raw))),
+      () => this.checked(checks, this.fallback.check(checks, reads)),
+    );
   }
 
-  /** The script's answer as verdicts and values. */
-  private parseCheck(checks: readonly Check[], reads: readonly string[], raw: Array<number | string>): CheckResult {
-    if (this.down) this.markUp();
-    const n = checks.length;
-    const verdicts: Array<Verdict | undefined> = new Array(n);
-    for (let i = 0; i < n; i++) {
-      const count = raw[2 * i] as number;
-      verdicts[i] = count === -1 ? undefined : { allowed: count <= checks[i]!.limit, count, msLeft: Math.max(0, raw[2 * i + 1] as number) };
-    }
-    const values: Array<number | undefined> = new Array(reads.length);
-    for (let i = 0; i < reads.length; i++) {
-      const v = raw[2 * n + i];
-      values[i] = v === '' ? undefined : Number(v);
-    }
-    return this.noted(checks, { verdicts, values });
-  }
-
-  /** The script failed: Redis is marked down and the memory windows answer. */
-  private checkFailed(checks: readonly Check[], reads: readonly string[], err: Error): CheckResult {
-    this.markDown(err.message);
-    return this.noted(checks, this.fallback.check(checks, reads));
-  }
-
-  /** Remembers the windows at their limit (below it no id is built) and passes the result on. */
-  private noted(checks: readonly Check[], result: CheckResult): CheckResult {
+  /** Remembers the windows of a check at their limit and passes the result on. */
+  private checked(checks: readonly Check[], result: CheckResult): CheckResult {
     for (let i = 0; i < checks.length; i++) {
       const c = checks[i]!;
       const v = result.verdicts[i];
-      if (v && v.count >= c.limit) this.refusals.note(Refusals.id(c.bucket, c.limit, c.windowS, c.blockS), c.limit, v);
+      if (v) this.remember(c.bucket, c.limit, c.windowS, c.blockS, v);
     }
     return result;
   }
 
+  /** Notes a verdict with Refusals; its id is built only for a window worth keeping. */
+  private remember(bucket: string, limit: number, windowS: number, blockS: number | undefined, v: Verdict): Verdict {
+    return Refusals.keeps(limit, v) ? this.refusals.note(Refusals.id(bucket, limit, windowS, blockS), limit, v) : v;
+  }
+
   refused(bucket: string, limit: number, windowS: number, opts: { blockS?: number; next?: boolean } = {}): boolean {
-    return (!this.refusals.empty && this.refusals.refused(Refusals.id(bucket, limit, windowS, opts.blockS), limit, opts.next)) || this.fallback.refused(bucket, limit, windowS, opts);
+    return this.refusals.refused(bucket, limit, windowS, opts.blockS, opts.next) || this.fallback.refused(bucket, limit, windowS, opts);
   }
 
   /** The socket corked in this turn of the event loop, uncorked at the turn's end. */
@@ -236,18 +218,27 @@ export class RedisCounters implements Counters {
     setImmediate(this.uncork);
   }
 
-  /** Runs a Redis operation, or the in-memory one while Redis is away. */
-  private async either<T>(redis: () => Promise<T>, memory: () => Promise<T>): Promise<T> {
+  /**
+   * Runs a Redis operation, or the in-memory one while Redis is away or when the operation fails.
+   * One promise over the operation's own, no async wrapper; the memory answer is passed on as it
+   * comes (check's answers at once).
+   */
+  private either<T>(redis: () => Promise<T>, memory: () => Promise<T>): Promise<T>;
+  private either<T>(redis: () => Promise<T>, memory: () => T): T | Promise<T>;
+  private either<T>(redis: () => Promise<T>, memory: () => T | Promise<T>): T | Promise<T> {
     if (this.client.status !== 'ready') return memory();
     this.corkTurn();
-    try {
-      const value = await redis();
-      if (this.down) this.markUp();
-      return value;
-    } catch (err) {
-      this.markDown((err as Error).message);
-      return memory();
-    }
+    // A synchronous throw becomes a rejection too, and so falls back like any failure.
+    return new Promise<T>((resolve) => resolve(redis())).then(
+      (value) => {
+        if (this.down) this.markUp();
+        return value;
+      },
+      (err: Error) => {
+        this.markDown(err.message);
+        return memory();
+      },
+    );
   }
 
   incr(key: string, amount: number, ttlS: number): Promise<number> {
@@ -302,4 +293,20 @@ async function toVerdict(limit: number, p: Promise<RateLimiterRes>): Promise<Ver
     if (err instanceof RateLimiterRes) return { allowed: false, count: Math.max(err.consumedPoints, limit + 1), msLeft: err.msBeforeNext };
     throw err;
   }
+}
+
+/** The check script's answer: per window count and ttl (-1 when not checked), then each read ('' when missing). */
+function parseCheck(checks: readonly Check[], reads: readonly string[], raw: Array<number | string>): CheckResult {
+  const n = checks.length;
+  const verdicts: Array<Verdict | undefined> = new Array(n);
+  for (let i = 0; i < n; i++) {
+    const count = raw[2 * i] as number;
+    verdicts[i] = count === -1 ? undefined : { allowed: count <= checks[i]!.limit, count, msLeft: Math.max(0, raw[2 * i + 1] as number) };
+  }
+  const values: Array<number | undefined> = new Array(reads.length);
+  for (let i = 0; i < reads.length; i++) {
+    const v = raw[2 * n + i];
+    values[i] = v === '' ? undefined : Number(v);
+  }
+  return { verdicts, values };
 }

@@ -20,9 +20,14 @@ export class Refusals {
     return `${limit}:${windowS}:${blockS}:${bucket}`;
   }
 
+  /** Whether a verdict is worth remembering: its window reached the limit and has not ended. */
+  static keeps(limit: number, v: Verdict): boolean {
+    return v.count >= limit && v.msLeft > 0;
+  }
+
   /** Remembers a window that reached its limit (below it nothing is worth keeping) and passes the verdict on. */
   note(id: string, limit: number, v: Verdict): Verdict {
-    if (v.count >= limit && v.msLeft > 0) {
+    if (Refusals.keeps(limit, v)) {
       const now = this.now();
       const old = this.seen.get(id);
       this.seen.set(id, { count: Math.max(v.count, old && old.until > now ? old.count : 0), until: now + v.msLeft });
@@ -35,13 +40,13 @@ export class Refusals {
     return v;
   }
 
-  /** Nothing is held: a caller may skip building an id to ask about (the common case). */
-  get empty(): boolean {
-    return this.seen.size === 0;
-  }
-
-  /** Whether the window was seen over `limit` (with `next`: at it or over). */
-  refused(id: string, limit: number, next = false): boolean {
+  /**
+   * Whether the window was seen over `limit` (with `next`: at it or over). While nothing is held
+   * (the common case, asked once per request) no id is built.
+   */
+  refused(bucket: string, limit: number, windowS: number, blockS = 0, next = false): boolean {
+    if (this.seen.size === 0) return false;
+    const id = Refusals.id(bucket, limit, windowS, blockS);
     const s = this.seen.get(id);
     if (s === undefined) return false;
     if (s.until <= this.now()) {
