@@ -6,6 +6,7 @@
 // that streams responses. The worker keeps the process alive only while a call is waiting. It
 // never changes what a Store call means, only where it runs.
 
+import v8 from 'node:v8';
 import { Worker } from 'node:worker_threads';
 import type { Call, Reply, Target } from './worker.ts';
 import { KeyConflictError, type Store } from './store.ts';
@@ -22,10 +23,17 @@ function toError(e: Extract<Reply, { ok: false }>['error']): Error {
 /** How long close() waits for the worker to end: the Postgres driver's own end timeout (5 s) and a second. */
 const CLOSE_MS = 6000;
 
+/** The worker's young generation: its garbage is row batches, and V8's growth to 32 MiB and more would only add RSS. */
+const WORKER_YOUNG_MB = 8;
+
 export function openThreadStore(opened: Target): Store {
-  // A small young generation: the worker's garbage is row batches, and V8's default growth (to 32
-  // MiB and more) would only add RSS.
-  const worker = new Worker(new URL('./worker.ts', import.meta.url), { workerData: opened, resourceLimits: { maxYoungGenerationSizeMb: 8 } });
+  // V8 sizes every isolate's semi-spaces from the process's --max-semi-space-size when it is set
+  // (the systemd unit sets 16 MiB for the event loop's isolate) and only otherwise from a worker's
+  // resourceLimits: under the unit the worker grew to 2 × 16 MiB like the main isolate. The main
+  // isolate sized its heap at start-up, so clearing the flag now reaches only isolates created
+  // from here on (this worker), which then take the limit below.
+  v8.setFlagsFromString('--max-semi-space-size=0');
+  const worker = new Worker(new URL('./worker.ts', import.meta.url), { workerData: opened, resourceLimits: { maxYoungGenerationSizeMb: WORKER_YOUNG_MB } });
   worker.unref();
   const waiting = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
   let next = 0;
@@ -62,6 +70,15 @@ export function openThreadStore(opened: Target): Store {
   let closing: Promise<void> | undefined;
   const target = {
     kind: opened.kind,
+    /** The worker's V8 heap figures, once it runs (its heap_size_limit shows the young generation it was given). */
+    async workerHeap(): Promise<v8.HeapInfo> {
+      worker.ref(); // an idle worker is unref'd: the answer must keep the process waiting for it
+      try {
+        return await worker.getHeapStatistics();
+      } finally {
+        if (waiting.size === 0) worker.unref();
+      }
+    },
     close(): Promise<void> {
       // The worker closes its port after closing the store, and so ends on its own; a worker that
       // does not end in time is stopped.

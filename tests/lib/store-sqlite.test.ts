@@ -3,6 +3,7 @@
 // other's writes. Must never use a shared or fixed path: each test owns its directory.
 
 import t, { type Test } from 'tap';
+import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { openStore } from '../../lib/store/open.ts';
 import { openSqliteStore } from '../../lib/store/sqlite.ts';
@@ -86,4 +87,28 @@ t.test('two stores on one file see each other', async (t) => {
 
   await cli.revokeKey('team', 'ci', '2025-03-01T12:00:00.000Z');
   t.equal((await server.keyByHash(key.key_hash))?.revoked_at, '2025-03-01T12:00:00.000Z', 'server sees the revocation');
+});
+
+t.test('the worker thread: a small young generation even under the unit\'s --max-semi-space-size', async (t) => {
+  // The flag, set for the event loop's isolate, used to size the worker's semi-spaces too (2 × 16
+  // MiB of RSS for row batches). The worker's heap limit (old generation plus young) must be the
+  // same with the flag as without it, while the main isolate's still follows the flag.
+  const script = `
+    const v8 = await import('node:v8');
+    const { openThreadStore } = await import(${JSON.stringify(new URL('../../lib/store/thread.ts', import.meta.url).href)});
+    const store = openThreadStore({ kind: 'sqlite', file: process.argv[2] });
+    await store.migrate(); // the worker is running once it answers
+    const worker = (await store.workerHeap()).heap_size_limit;
+    await store.close();
+    console.log(JSON.stringify({ main: v8.getHeapStatistics().heap_size_limit, worker }));`;
+  const dir = t.testdir({ 'probe.mjs': script });
+  const limits = (flags: string[]) => {
+    const r = spawnSync(process.execPath, [...flags, join(dir, 'probe.mjs'), join(dir, 'sluice.db')], { encoding: 'utf8' });
+    t.equal(r.status, 0, r.stderr);
+    return JSON.parse(r.stdout) as { main: number; worker: number };
+  };
+  const plain = limits([]);
+  const unit = limits(['--max-semi-space-size=16']);
+  t.ok(unit.main < plain.main, 'the flag still caps the main isolate');
+  t.equal(unit.worker, plain.worker, 'but not the store worker');
 });
