@@ -86,7 +86,31 @@ function countSyscalls(pid: number): { stop(): Promise<Map<string, Map<string, n
   };
 }
 
-interface Target { label: string; server: Server; auth: string; body: string; requests: number; measured: number; cpu: Tally; calls: Map<string, Map<string, number>> }
+/** utime + stime of whole processes, ticks (a process gone or unreadable counts 0). */
+function processTicks(pids: number[]): number {
+  let sum = 0;
+  for (const pid of pids) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      sum += Number(f[11]) + Number(f[12]);
+    } catch {
+      // ended
+    }
+  }
+  return sum;
+}
+
+function pidsOf(command: string): number[] {
+  const r = spawnSync('pgrep', ['-x', command], { encoding: 'utf8' });
+  return r.status === 0 ? r.stdout.split('\n').filter(Boolean).map(Number) : [];
+}
+
+interface Target {
+  label: string; server: Server; auth: string; body: string; requests: number; measured: number; cpu: Tally; calls: Map<string, Map<string, number>>;
+  /** The other processes on the same CPUs during its measured slices, ticks by name. */
+  beside: Map<string, number>;
+}
 
 async function main(): Promise<void> {
   const [store] = parseStores();
@@ -100,9 +124,12 @@ async function main(): Promise<void> {
   const load = new Loader<Omit<LoadJob, 'id'>, LoadResult>('bench/load.ts');
   await load.ready;
   const targets: Target[] = [
-    { label: 'http-proxy-3 floor', server: floor, auth: UPSTREAM_KEY, body: s.upstreamBody, requests: 0, measured: 0, cpu: new Map(), calls: new Map() },
-    { label: sluice.label, server: sluice.server, auth: sluice.auth, body: s.sluiceBody, requests: 0, measured: 0, cpu: new Map(), calls: new Map() },
+    { label: 'http-proxy-3 floor', server: floor, auth: UPSTREAM_KEY, body: s.upstreamBody, requests: 0, measured: 0, cpu: new Map(), calls: new Map(), beside: new Map() },
+    { label: sluice.label, server: sluice.server, auth: sluice.auth, body: s.sluiceBody, requests: 0, measured: 0, cpu: new Map(), calls: new Map(), beside: new Map() },
   ];
+  // What shares the CPUs: the router, the load generator and, for Postgres + Redis, their servers.
+  const beside: Array<[string, number[]]> = [['sim', [sim.pid]], ['load generator', [load.pid]]];
+  if (store === 'postgres') beside.push(['Redis', pidsOf('redis-server')], ['Postgres (all its processes)', pidsOf('postgres')]);
   const path = s.dialect === 'chat' ? '/v1/chat/completions' : '/v1/messages';
   for (let round = 0; round < ROUNDS; round++) {
     for (const t of round % 2 ? [...targets].reverse() : targets) {
@@ -110,8 +137,10 @@ async function main(): Promise<void> {
       t.requests += (await load.run(job)).sent;
       const calls = countSyscalls(t.server.pid);
       const before = threads(t.server.pid);
+      const besideBefore = beside.map(([, pids]) => processTicks(pids));
       const r = await load.run(RATE ? { ...job, mode: 'open', rate: RATE, connections: 512, durationMs: SECONDS * 1000 } : { ...job, durationMs: SECONDS * 1000 });
       const after = threads(t.server.pid);
+      beside.forEach(([name, pids], i) => t.beside.set(name, (t.beside.get(name) ?? 0) + processTicks(pids) - besideBefore[i]!));
       if (r.non2xx + r.errors > 0) throw new Error(`${t.label}: ${r.non2xx} non-2xx and ${r.errors} errors: ${r.firstFailure}`);
       t.requests += r.sent;
       t.measured += r.sent;
@@ -153,6 +182,8 @@ function report(title: string, store: string, targets: Target[]): void {
     }
     out.push(`| ${t.label} | **all** | **${us(user, t.measured)}** | **${us(sys, t.measured)}** | | |`);
   }
+  out.push('', 'Beside them on the same CPUs, per request of each (user + system µs):', '');
+  for (const t of targets) out.push(`- ${t.label}: ${[...t.beside].map(([name, ticks]) => `${name} ${us(ticks, t.measured)}`).join(', ')}`);
   const [floor, sluice] = targets as [Target, Target];
   const total = (t: Target) => [...t.cpu.values()].reduce((a, c) => a + c.user + c.sys, 0) / t.measured;
   out.push('', `CPU per request, sluice / floor: ${(total(sluice) / total(floor)).toFixed(2)}× (${targets.map((t) => `${t.label} ${t.measured} requests measured`).join(', ')}).`);
