@@ -123,6 +123,42 @@ t.test('rows go to the store in batches', async (t) => {
   t.equal(r.pending, 0);
 });
 
+t.test('under load the next write waits for the interval: rows arriving during a write are not a write of their own', async (t) => {
+  const s = await setup(t);
+  // A long interval: nothing in this test is written by the timer.
+  const r = s.recorder({ flushMs: 60_000, batch: 50 });
+  await r.flush();
+  let release!: () => void;
+  s.hold = new Promise<void>((resolve) => (release = resolve));
+  r.add(requestRow());
+  const first = r.flush();
+  const during = Array.from({ length: 30 }, () => requestRow());
+  for (const row of during) r.add(row); // while the first write is out
+  release();
+  s.hold = undefined;
+  await first;
+  t.same(s.calls.map((c) => c.length), [1], 'the first write answered, and no write followed it at once');
+  t.equal(r.pending, 30, 'its followers wait for the interval');
+  await r.flush();
+  t.same(s.calls.map((c) => c.length), [1, 30], 'then go together');
+
+  // A full batch does not wait: the write after the one in flight begins as that one ends.
+  s.calls.length = 0;
+  s.hold = new Promise<void>((resolve) => (release = resolve));
+  r.add(requestRow());
+  const second = r.flush();
+  const many = Array.from({ length: 60 }, () => requestRow());
+  for (const row of many) r.add(row);
+  release();
+  s.hold = undefined;
+  await second;
+  while (s.calls.flat().length < 61) await once(s.events, 'inserted');
+  t.same(s.calls.map((c) => c.length), [1, 50, 10], 'the batch and the rest of its round went at once');
+  await r.flush();
+  t.equal(r.pending, 0);
+  t.equal(s.calls.length, 3, 'a flush with nothing queued writes nothing');
+});
+
 t.test('a row is written within the flush interval, not at once', async (t) => {
   const s = await setup(t);
   const r = s.recorder({ flushMs: 100 });
