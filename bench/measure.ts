@@ -3,61 +3,17 @@
 // and its main thread), the event-loop probe's marks and failures counted.
 
 import { execFileSync } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import type { LoadJob, LoadResult } from './load.ts';
+import { cpuUs, threadsCpu } from './proc-cpu.ts';
 import type { Loader } from './procs.ts';
 import type { Scenario } from './scenarios.ts';
 import type { Server, Target } from './servers.ts';
-import { CLK_TCK, LATENCY_RATE, LATENCY_RATES, log, PIN, ROUNDS, SECONDS, WARMUP_SECONDS } from './settings.ts';
+import { LATENCY_RATE, LATENCY_RATES, log, PIN, ROUNDS, SECONDS, WARMUP_SECONDS } from './settings.ts';
 
 /** The load generator (bench/load.ts), a child process taking one job at a time. */
 export type LoadClient = Loader<Omit<LoadJob, 'id'>, LoadResult>;
-
-/** The name, utime and stime (µs) in a /proc stat file (of a process, or of one of its threads). */
-function readStat(path: string): { name: string; user: number; sys: number } {
-  const stat = readFileSync(path, 'utf8');
-  const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  // Fields after the command name start at field 3 (state); utime is field 14, stime field 15.
-  return { name: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')), user: (Number(rest[11]) * 1e6) / CLK_TCK, sys: (Number(rest[12]) * 1e6) / CLK_TCK };
-}
-
-/** utime and stime of a process (all its threads), in microseconds. */
-function cpuUs(pid: number): { user: number; sys: number } {
-  return readStat(`/proc/${pid}/stat`);
-}
-
-/** Which part of the process a thread is, by its name (/proc/<pid>/task/<tid>/comm). */
-function threadKind(pid: number, tid: string, name: string): string {
-  if (tid === String(pid)) return 'main';
-  if (name.startsWith('V8') || name.startsWith('DelayedTask')) return 'V8 helpers';
-  if (name === 'WorkerThread') return 'store thread';
-  return 'other';
-}
-
-/**
- * CPU µs of each kind of thread: main (thread id = pid, the event loop), V8 helpers (GC and
- * compiler), the store thread (SQLite or Postgres), other.
- */
-function threadsUs(pid: number): Map<string, number> {
-  const out = new Map<string, number>();
-  let tids: string[] = [];
-  try {
-    tids = readdirSync(`/proc/${pid}/task`);
-  } catch {
-    return out;
-  }
-  for (const tid of tids) {
-    try {
-      const t = readStat(`/proc/${pid}/task/${tid}/stat`);
-      const kind = threadKind(pid, tid, t.name);
-      out.set(kind, (out.get(kind) ?? 0) + t.user + t.sys);
-    } catch {
-      // the thread ended between the listing and the read
-    }
-  }
-  return out;
-}
 
 /** Peak resident set size (VmHWM) in MiB. */
 export function peakRssMiB(pid: number): number {
@@ -197,14 +153,17 @@ export async function measureScenario(load: LoadClient, sim: Server, targets: Ta
       pin(t.server.pid, [sim.pid, load.pid, ...targets.map((x) => x.server.pid)]);
       const a = acc.get(t.name)!;
       const c0 = cpuUs(t.server.pid);
-      const th0 = threadsUs(t.server.pid);
+      const th0 = threadsCpu(t.server.pid);
       const s0 = cpuUs(sim.pid);
       const l0 = cpuUs(load.pid);
       await eldMark(t);
       const r = await load.run({ ...jobFor(t, s), mode: 'closed', connections: s.connections, durationMs: sliceMs });
       a.eld.push(...(await eldMark(t)));
       const c1 = cpuUs(t.server.pid);
-      for (const [k, v] of threadsUs(t.server.pid)) a.threads.set(k, (a.threads.get(k) ?? 0) + v - (th0.get(k) ?? 0));
+      for (const [k, v] of threadsCpu(t.server.pid)) {
+        const b = th0.get(k);
+        a.threads.set(k, (a.threads.get(k) ?? 0) + v.user + v.sys - (b ? b.user + b.sys : 0));
+      }
       const s1 = cpuUs(sim.pid);
       const l1 = cpuUs(load.pid);
       tally(t, r, 'throughput');

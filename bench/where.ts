@@ -1,7 +1,7 @@
 // `npm run bench:where [-- --only chat-2k] [--store sqlite|postgres] [--rate N] [--rounds N]
 // [--profile DIR]`: where sluice's CPU per request goes, against its proxy core alone (http-proxy-3
 // as sluice drives it, bench/floor-hp3.ts), under the same load in turns. For each, per thread
-// (main, store worker, V8's helpers, the rest): user and system CPU per request from
+// (main, store thread, V8's helpers, the profiler's, the rest): user and system CPU per request from
 // /proc/PID/task/*/stat, context switches, and, where `perf` can count syscall tracepoints, the
 // syscalls each thread makes per request. Closed loop (32 connections, each at its own pace) by
 // default; `--rate N` drives both at the same open-loop rate, so neither gains from batching more
@@ -10,52 +10,20 @@
 // and by function. Prints Markdown; docs/benchmarks.md ("Where the time goes") holds a run.
 
 import { spawn, spawnSync } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileOf, label, readProfile, selfBy, type ProfileNode } from './cpuprofile.ts';
 import type { LoadJob, LoadResult } from './load.ts';
+import { cpuUs, threadKind, threadsCpu, type ThreadCpu } from './proc-cpu.ts';
 import { Loader } from './procs.ts';
 import { scenarios } from './scenarios.ts';
 import { cleanup, startFloorHp3, startSim, startSluice, stop, type Server } from './servers.ts';
-import { CLK_TCK, log, option, parseStores, PROFILE_DIR, UPSTREAM_KEY, WARMUP_SECONDS } from './settings.ts';
+import { log, option, parseStores, PROFILE_DIR, UPSTREAM_KEY, WARMUP_SECONDS } from './settings.ts';
 
 const SECONDS = Number(option('seconds') ?? 10);
 const ROUNDS = Number(option('rounds') ?? 2);
 const RATE = option('rate') === undefined ? undefined : Number(option('rate'));
 const SYSCALLS = ['read', 'writev', 'write', 'epoll_pwait', 'futex', 'pwrite64', 'pread64', 'fdatasync', 'madvise', 'mmap', 'munmap', 'mprotect'];
-
-/** Per thread group: CPU ticks (user, system) and context switches (voluntary, not). */
-type Tally = Map<string, { user: number; sys: number; vol: number; invol: number }>;
-
-function group(name: string): string {
-  if (name === 'MainThread' || name === 'node') return 'main';
-  if (name === 'WorkerThread') return 'store worker';
-  if (name.startsWith('V8')) return 'V8 helpers';
-  if (name.startsWith('v8:Prof')) return 'profiler';
-  return 'other';
-}
-
-/** Every thread's CPU and switches so far, summed by group. */
-function threads(pid: number): Tally {
-  const out: Tally = new Map();
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      const status = readFileSync(`/proc/${pid}/task/${tid}/status`, 'utf8');
-      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      const g = group(/^Name:\s+(.*)$/m.exec(status)![1]!);
-      const t = out.get(g) ?? { user: 0, sys: 0, vol: 0, invol: 0 };
-      t.user += Number(f[11]);
-      t.sys += Number(f[12]);
-      t.vol += Number(/^voluntary_ctxt_switches:\s+(\d+)/m.exec(status)![1]);
-      t.invol += Number(/^nonvoluntary_ctxt_switches:\s+(\d+)/m.exec(status)![1]);
-      out.set(g, t);
-    } catch {
-      // a thread that ended between the listing and the read
-    }
-  }
-  return out;
-}
 
 const perfWorks = spawnSync('perf', ['stat', '-x', ',', '-e', 'syscalls:sys_enter_read', '--', 'true'], { encoding: 'utf8' }).status === 0;
 
@@ -75,7 +43,8 @@ function countSyscalls(pid: number): { stop(): Promise<Map<string, Map<string, n
       for (const line of text.split('\n')) {
         const f = line.split(',');
         if (f.length < 4 || !f[3]?.startsWith('syscalls:')) continue;
-        const g = group(f[0]!.replace(/-\d+$/, ''));
+        const [, name, tid] = /^(.*)-(\d+)$/.exec(f[0]!) ?? [];
+        const g = threadKind(pid, tid ?? '', name ?? f[0]!);
         const m = out.get(g) ?? new Map<string, number>();
         const call = f[3].replace('syscalls:sys_enter_', '');
         m.set(call, (m.get(call) ?? 0) + (Number(f[1]) || 0));
@@ -86,14 +55,13 @@ function countSyscalls(pid: number): { stop(): Promise<Map<string, Map<string, n
   };
 }
 
-/** utime + stime of whole processes, ticks (a process gone or unreadable counts 0). */
-function processTicks(pids: number[]): number {
+/** utime + stime of whole processes, µs (one that has ended counts 0: Postgres's backends come and go). */
+function processUs(pids: number[]): number {
   let sum = 0;
   for (const pid of pids) {
     try {
-      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      sum += Number(f[11]) + Number(f[12]);
+      const c = cpuUs(pid);
+      sum += c.user + c.sys;
     } catch {
       // ended
     }
@@ -107,8 +75,8 @@ function pidsOf(command: string): number[] {
 }
 
 interface Target {
-  label: string; server: Server; auth: string; body: string; requests: number; measured: number; cpu: Tally; calls: Map<string, Map<string, number>>;
-  /** The other processes on the same CPUs during its measured slices, ticks by name. */
+  label: string; server: Server; auth: string; body: string; requests: number; measured: number; cpu: Map<string, ThreadCpu>; calls: Map<string, Map<string, number>>;
+  /** The other processes on the same CPUs during its measured slices, µs by name. */
   beside: Map<string, number>;
 }
 
@@ -136,18 +104,21 @@ async function main(): Promise<void> {
       const job = { mode: 'closed' as const, origin: t.server.origin, path, headers: { ...s.headers, authorization: `Bearer ${t.auth}` }, body: t.body, connections: s.connections, durationMs: WARMUP_SECONDS * 1000 };
       t.requests += (await load.run(job)).sent;
       const calls = countSyscalls(t.server.pid);
-      const before = threads(t.server.pid);
-      const besideBefore = beside.map(([, pids]) => processTicks(pids));
+      const before = threadsCpu(t.server.pid);
+      const besideBefore = beside.map(([, pids]) => processUs(pids));
       const r = await load.run(RATE ? { ...job, mode: 'open', rate: RATE, connections: 512, durationMs: SECONDS * 1000 } : { ...job, durationMs: SECONDS * 1000 });
-      const after = threads(t.server.pid);
-      beside.forEach(([name, pids], i) => t.beside.set(name, (t.beside.get(name) ?? 0) + processTicks(pids) - besideBefore[i]!));
+      const after = threadsCpu(t.server.pid);
+      beside.forEach(([name, pids], i) => t.beside.set(name, (t.beside.get(name) ?? 0) + processUs(pids) - besideBefore[i]!));
       if (r.non2xx + r.errors > 0) throw new Error(`${t.label}: ${r.non2xx} non-2xx and ${r.errors} errors: ${r.firstFailure}`);
       t.requests += r.sent;
       t.measured += r.sent;
       for (const [g, a] of after) {
-        const b = before.get(g) ?? { user: 0, sys: 0, vol: 0, invol: 0 };
-        const sum = t.cpu.get(g) ?? { user: 0, sys: 0, vol: 0, invol: 0 };
-        t.cpu.set(g, { user: sum.user + a.user - b.user, sys: sum.sys + a.sys - b.sys, vol: sum.vol + a.vol - b.vol, invol: sum.invol + a.invol - b.invol });
+        const b = before.get(g) ?? { user: 0, sys: 0, voluntary: 0, involuntary: 0 };
+        const sum = t.cpu.get(g) ?? { user: 0, sys: 0, voluntary: 0, involuntary: 0 };
+        t.cpu.set(g, {
+          user: sum.user + a.user - b.user, sys: sum.sys + a.sys - b.sys,
+          voluntary: sum.voluntary + a.voluntary - b.voluntary, involuntary: sum.involuntary + a.involuntary - b.involuntary,
+        });
       }
       for (const [g, m] of await calls.stop()) {
         const sum = t.calls.get(g) ?? new Map<string, number>();
@@ -164,7 +135,7 @@ async function main(): Promise<void> {
   report(s.title, store!, targets);
 }
 
-const us = (ticks: number, n: number) => ((ticks * 1e6) / CLK_TCK / n).toFixed(1);
+const us = (total: number, n: number) => (total / n).toFixed(1);
 
 function report(title: string, store: string, targets: Target[]): void {
   const out: string[] = [`### Where the time goes: ${title}, ${store}, ${RATE ? `${RATE} req/s open loop` : 'closed loop'}`, ''];
@@ -172,18 +143,18 @@ function report(title: string, store: string, targets: Target[]): void {
   for (const t of targets) {
     let user = 0;
     let sys = 0;
-    for (const g of ['main', 'store worker', 'V8 helpers', 'other', 'profiler']) {
+    for (const g of ['main', 'store thread', 'V8 helpers', 'other', 'profiler']) {
       const c = t.cpu.get(g);
-      if (!c || c.user + c.sys + c.vol + c.invol === 0) continue;
+      if (!c || c.user + c.sys + c.voluntary + c.involuntary === 0) continue;
       user += c.user;
       sys += c.sys;
       const calls = [...(t.calls.get(g) ?? [])].filter(([, n]) => n / t.measured >= 0.01).sort((a, b) => b[1] - a[1]).map(([k, n]) => `${k} ${(n / t.measured).toFixed(2)}`).join(', ');
-      out.push(`| ${t.label} | ${g} | ${us(c.user, t.measured)} | ${us(c.sys, t.measured)} | ${(c.vol / t.measured).toFixed(2)} / ${(c.invol / t.measured).toFixed(2)} | ${calls || (perfWorks ? '—' : 'perf unavailable')} |`);
+      out.push(`| ${t.label} | ${g} | ${us(c.user, t.measured)} | ${us(c.sys, t.measured)} | ${(c.voluntary / t.measured).toFixed(2)} / ${(c.involuntary / t.measured).toFixed(2)} | ${calls || (perfWorks ? '—' : 'perf unavailable')} |`);
     }
     out.push(`| ${t.label} | **all** | **${us(user, t.measured)}** | **${us(sys, t.measured)}** | | |`);
   }
   out.push('', 'Beside them on the same CPUs, per request of each (user + system µs):', '');
-  for (const t of targets) out.push(`- ${t.label}: ${[...t.beside].map(([name, ticks]) => `${name} ${us(ticks, t.measured)}`).join(', ')}`);
+  for (const t of targets) out.push(`- ${t.label}: ${[...t.beside].map(([name, total]) => `${name} ${us(total, t.measured)}`).join(', ')}`);
   const [floor, sluice] = targets as [Target, Target];
   const total = (t: Target) => [...t.cpu.values()].reduce((a, c) => a + c.user + c.sys, 0) / t.measured;
   out.push('', `CPU per request, sluice / floor: ${(total(sluice) / total(floor)).toFixed(2)}× (${targets.map((t) => `${t.label} ${t.measured} requests measured`).join(', ')}).`);
