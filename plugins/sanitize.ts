@@ -16,6 +16,31 @@ function blocks(content: unknown): Block[] {
   return Array.isArray(content) ? (content as Block[]) : [];
 }
 
+/**
+ * System turns made user turns, and each run of consecutive user turns made one, its content
+ * blocks in order. Linear: a run's blocks are appended to one array that the run's merged turn owns.
+ */
+export function mergeTurns(messages: unknown[]): unknown[] {
+  const out: unknown[] = [];
+  /** The content of out's last turn when it is a merged one (an array made here, safe to append to). */
+  let merged: Block[] | null = null;
+  for (const m of messages as Array<Record<string, any> | null>) {
+    const msg = m?.role === 'system' ? { role: 'user', content: m.content } : m;
+    const last = out[out.length - 1] as Record<string, any> | undefined;
+    if (msg?.role !== 'user' || last?.role !== 'user') {
+      out.push(msg);
+      merged = null;
+      continue;
+    }
+    if (merged === null) {
+      merged = blocks(last.content).slice();
+      out[out.length - 1] = { ...last, content: merged };
+    }
+    for (const block of blocks(msg.content)) merged.push(block);
+  }
+  return out;
+}
+
 export function sanitize(): Plugin {
   return {
     name: 'sanitize',
@@ -45,15 +70,7 @@ export function sanitize(): Plugin {
         }
       }
       if (someEntryWith(body, 'messages', 'role', 'system')) {
-        const out: Array<Record<string, any>> = [];
-        for (const m of body.messages) {
-          const msg = m?.role === 'system' ? { role: 'user', content: m.content } : m;
-          const last = out[out.length - 1];
-          if (msg?.role === 'user' && last?.role === 'user') {
-            out[out.length - 1] = { ...last, content: [...blocks(last.content), ...blocks(msg.content)] };
-          } else out.push(msg);
-        }
-        body.messages = out;
+        body.messages = mergeTurns(body.messages);
         removed.push('messages[role=system]');
       }
       if (removed.length > 0) ctx.changed = true;
