@@ -3,11 +3,28 @@
 // messages `metadata.user_id`, where a Claude Code blob (JSON or the older `user_…_session_<uuid>`
 // form) is reduced to `cc:<session id>`. The auto session is `x-sluice-session`, else the coding
 // agent's own: Claude Code's, or on the responses dialect Codex's `session-id` header.
+// Every such label is client-chosen and reaches a row, the rollups, the board and the counters'
+// keys, so each is bounded (label()): at most 256 characters, a longer one shortened with a hash
+// of the whole so that it still groups, and distinct long labels stay distinct.
 
+import { createHash } from 'node:crypto';
 import type { Ctx } from './context.ts';
 
 const LEGACY_CC = /^user_[0-9a-f]{64}_account_[0-9a-f-]*_session_([0-9a-f-]{36})$/;
-const MAX_LEN = 256;
+/** The longest label kept as sent. */
+export const MAX_LABEL = 256;
+/** What a longer label keeps of its start; a `…#` and 32 hex digits of its SHA-256 follow. */
+const KEPT = MAX_LABEL - 34;
+
+/**
+ * A client-chosen label as stored: unchanged up to MAX_LABEL characters, else its first characters
+ * and a hash of the whole (MAX_LABEL in all). A NUL (JSON allows `\u0000`) becomes U+FFFD:
+ * Postgres text cannot hold one.
+ */
+export function label(v: string): string {
+  if (v.length > MAX_LABEL) v = `${v.slice(0, KEPT)}…#${createHash('sha256').update(v).digest('hex').slice(0, 32)}`;
+  return v.includes('\0') ? v.replaceAll('\0', '\ufffd') : v;
+}
 
 /** The Claude Code session id inside a `metadata.user_id` value, if it is such a blob. */
 export function claudeCodeSession(userId: string): string | undefined {
@@ -25,7 +42,7 @@ export function claudeCodeSession(userId: string): string | undefined {
 
 function header(ctx: Ctx, name: string): string | null {
   const v = ctx.req.headers[name];
-  return typeof v === 'string' && v !== '' ? v.slice(0, MAX_LEN) : null;
+  return typeof v === 'string' && v !== '' ? label(v) : null;
 }
 
 /** Sets ctx.endUser and ctx.session from headers and (when needed) the parsed body. */
@@ -58,7 +75,6 @@ export function identify(ctx: Ctx): void {
       agentSession = ccSession ?? null;
     }
   }
-  // A NUL (JSON allows `\u0000`) becomes U+FFFD: Postgres text cannot hold one.
-  ctx.endUser = user ? user.slice(0, MAX_LEN).replaceAll('\0', '\ufffd') : null;
-  ctx.session = explicit ?? agentSession;
+  ctx.endUser = user ? label(user) : null;
+  ctx.session = explicit ?? (agentSession === null ? null : label(agentSession));
 }

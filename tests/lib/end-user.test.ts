@@ -5,7 +5,7 @@
 
 import t from 'tap';
 import type { Ctx } from '../../lib/context.ts';
-import { claudeCodeSession, identify } from '../../lib/end-user.ts';
+import { claudeCodeSession, identify, label, MAX_LABEL } from '../../lib/end-user.ts';
 import { startHarness } from '../helpers/gateway.ts';
 
 const SESSION = '3f2b6a1e-9c4d-4e8f-a1b2-c3d4e5f6a7b8';
@@ -78,7 +78,7 @@ t.test('responses: `user`, else `safety_identifier`; Codex\'s session-id header 
   t.same(who('responses', { model: 'm', metadata: { user_id: 'alice' } }), { endUser: null, session: null }, 'metadata is the messages dialect');
   t.same(who('responses', { model: 'm' }, { 'session-id': CODEX, 'thread-id': CODEX }), { endUser: null, session: CODEX }, 'Codex: a session, no end user');
   t.same(who('responses', { model: 'm', user: 'u' }, { 'session-id': CODEX, 'x-sluice-session': 'conv-5' }), { endUser: 'u', session: 'conv-5' }, 'x-sluice-session still wins');
-  t.same(who('responses', { model: 'm' }, { 'session-id': 'x'.repeat(300) }), { endUser: null, session: 'x'.repeat(256) }, 'cut like the other headers');
+  t.same(who('responses', { model: 'm' }, { 'session-id': 'x'.repeat(300) }), { endUser: null, session: label('x'.repeat(300)) }, 'bounded like the other headers');
   t.same(who('chat', { model: 'm' }, { 'session-id': CODEX }), { endUser: null, session: null }, 'session-id means nothing on chat');
   t.same(who('responses', { model: 'm', user: 'u' }, { 'x-claude-code-session-id': OTHER }), { endUser: `cc:${OTHER}`, session: OTHER }, 'the Claude Code header wins on every dialect');
 });
@@ -133,4 +133,30 @@ t.test('e2e: rows carry end_user and session', async (t) => {
     if (body.metadata) t.same(sent.json.metadata, body.metadata, `${name}: metadata forwarded unchanged`);
   }
   t.equal(h.rowCount(), cases.length, 'one row per request');
+});
+
+t.test('every label is bounded: a long one keeps its start and a hash of the whole', async (t) => {
+  t.equal(label('short'), 'short');
+  t.equal(label('x'.repeat(MAX_LABEL)), 'x'.repeat(MAX_LABEL), 'up to the bound: unchanged');
+  const a = label('x'.repeat(MAX_LABEL + 1));
+  const b = label('x'.repeat(MAX_LABEL + 2));
+  t.equal(a.length, MAX_LABEL);
+  t.equal(b.length, MAX_LABEL);
+  t.not(a, b, 'distinct long labels stay distinct');
+  t.equal(label('x'.repeat(MAX_LABEL + 1)), a, 'and the same one groups');
+  t.match(a, /^x+…#[0-9a-f]{32}$/);
+  t.equal(label(`a\u0000${'b'.repeat(300)}`).includes('\u0000'), false, 'no NUL either way');
+
+  // The session of a Claude Code blob came out whole: 8 MB of it reached the row and the rollups.
+  const huge = 's'.repeat(8 * 1024 * 1024);
+  const blob = JSON.stringify({ device_id: 'd', session_id: huge });
+  const got = who('messages', { model: 'm', metadata: { user_id: blob } });
+  t.equal(got.session!.length, MAX_LABEL, 'the session of a blob is bounded');
+  t.equal(got.endUser!.length, MAX_LABEL, 'and so is the end user made of it');
+  t.equal(got.session, label(huge));
+  const other = who('messages', { model: 'm', metadata: { user_id: JSON.stringify({ device_id: 'd', session_id: `${huge}2` }) } });
+  t.not(other.session, got.session, 'two long sessions sharing a start stay apart');
+  for (const name of ['x-sluice-session', 'x-claude-code-session-id']) {
+    t.equal(who('messages', { model: 'm' }, { [name]: huge }).session!.length, MAX_LABEL, name);
+  }
 });
