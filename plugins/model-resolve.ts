@@ -2,21 +2,21 @@
 // and `sluice/auto` pick a tier; `claude-…`, sonnet, opus and haiku mean the profile's default
 // tier; anything else goes upstream as given. Budget degradation then forces the fast tier (and
 // 2048 tokens). A client's `models` list is resolved entry by entry, and replaced by the fast
-// tier's under degradation; the messages dialect never carries one. Every rewrite leaves a request
+// tier's under degradation; the messages dialect never carries one. Paid extras go under
+// degradation (lib/paid-extras.ts). Every rewrite leaves a request
 // the router accepts: the thinking budget follows the cap (lib/thinking-budget.ts). The body is
 // marked changed only when a value changed; each adjustment is named in `ctx.adjusted` for the log.
 
 import type { Ctx, Plugin } from '../lib/context.ts';
 import type { Deps } from '../lib/deps.ts';
 import { GatewayError } from '../lib/errors.ts';
+import { dropPaidExtras } from '../lib/paid-extras.ts';
 import { fitMessagesThinking, fitReasoning } from '../lib/thinking-budget.ts';
 
 export const DEGRADED_MAX_TOKENS = 2048;
 /** OpenRouter answers 400 "'models' array must have 3 items or fewer." past this. */
 export const MAX_FALLBACKS = 3;
 const DEFAULT_TIER_NAMES = new Set(['sonnet', 'opus', 'haiku']);
-/** OpenRouter's paid web search (plugin and option): dropped while a budget degrades. */
-const WEB_PLUGIN = 'web';
 
 function set(ctx: Ctx, field: string, value: unknown): void {
   if (ctx.body![field] !== value) {
@@ -42,6 +42,12 @@ function capField(ctx: Ctx, field: string, cap: number): boolean {
 
 function sameList(a: unknown, b: readonly string[]): boolean {
   return Array.isArray(a) && a.length === b.length && a.every((v, i) => v === b[i]);
+}
+
+/** A client's list for the log line: whole when short, else its first entries and its length. */
+function describeList(list: unknown): string {
+  if (!Array.isArray(list) || list.length <= MAX_FALLBACKS * 2) return JSON.stringify(list).slice(0, 1024);
+  return `${JSON.stringify(list.slice(0, MAX_FALLBACKS * 2)).slice(0, 1024)} (${list.length} entries)`;
 }
 
 /** A model id without OpenRouter's `:variant` suffix (`openai/gpt-5:online` → `openai/gpt-5`). */
@@ -83,11 +89,15 @@ export function modelResolve(deps: Pick<Deps, 'config' | 'catalog' | 'auto'>): P
     },
   };
 
-  /** The client's `models` list resolved entry by entry: ids only, no duplicates, no primary, at most 3. */
+  /**
+   * The client's `models` list resolved entry by entry: ids only, no duplicates, no primary, at
+   * most 3. Reading stops once 3 are collected: the rest could never be sent, so however long the
+   * list, the work is at most a few entries past the third distinct id (each compared with 3).
+   */
   function clientList(ctx: Ctx, list: unknown): string[] {
     if (!Array.isArray(list)) throw new GatewayError('invalid_body', { message: '`models` must be an array of model ids.' });
     const out: string[] = [];
-    for (let i = 0; i < list.length; i++) {
+    for (let i = 0; i < list.length && out.length < MAX_FALLBACKS; i++) {
       const entry = list[i];
       if (typeof entry !== 'string' || entry === '') throw new GatewayError('invalid_body', { message: `\`models[${i}]\` must be a model id (a non-empty string).` });
       const tier = tierOf(entry, ctx.profile!.default_tier, ` in models[${i}]`);
@@ -95,7 +105,7 @@ export function modelResolve(deps: Pick<Deps, 'config' | 'catalog' | 'auto'>): P
       const id = tier === null ? entry : tier === 'auto' ? ctx.model! : tiers.get(tier)!.model;
       if (id !== ctx.model && !out.includes(id)) out.push(id);
     }
-    return out.slice(0, MAX_FALLBACKS);
+    return out;
   }
 
   /** Sets the tier, the model, the fallback list and the output cap for the tier chosen. */
@@ -124,30 +134,31 @@ export function modelResolve(deps: Pick<Deps, 'config' | 'catalog' | 'auto'>): P
       if (list.length === 0) {
         if (sent) drop(ctx, 'models', ctx.degradation !== 'none' ? `degraded: ${ctx.degradation}` : 'no fallback left once resolved');
       } else if (!sameList(body.models, list)) {
-        if (sent) ctx.adjusted.push(`models ${JSON.stringify(body.models)}→${JSON.stringify(list)}`);
+        if (sent) ctx.adjusted.push(`models ${describeList(body.models)}→${JSON.stringify(list)}`);
         body.models = list;
         ctx.changed = true;
       }
       fallbacks = list;
-      if (ctx.degradation !== 'none') {
-        drop(ctx, 'web_search_options', `degraded: ${ctx.degradation}`);
-        if (Array.isArray(body.plugins) && body.plugins.some((p: any) => p?.id === WEB_PLUGIN)) {
-          body.plugins = body.plugins.filter((p: any) => p?.id !== WEB_PLUGIN);
-          ctx.changed = true;
-          ctx.adjusted.push(`plugins[id=web] removed (degraded: ${ctx.degradation})`);
-        }
+    }
+    if (ctx.degradation !== 'none') {
+      const dropped = dropPaidExtras(body, `degraded: ${ctx.degradation}`);
+      if (dropped.length > 0) {
+        ctx.adjusted.push(...dropped);
+        ctx.changed = true;
       }
     }
 
-    // Output cap: min(tier max, catalog max of every model that may serve), 2048 when degraded that far.
+    // Output cap: min(tier max, catalog max of every model that may serve), 2048 when degraded that
+    // far. An id outside the tiers that the catalog does not know (`openrouter/auto`, a preset) is
+    // capped at the profile's default tier's max: every request has a cap.
     const router = ctx.profile!.router;
     let cap = tier?.max_output_tokens;
     for (const id of [model, ...fallbacks]) {
       const max = deps.catalog.maxCompletion(router, id) ?? deps.catalog.maxCompletion(router, baseId(id));
       if (max) cap = cap === undefined ? max : Math.min(cap, max);
     }
-    if (ctx.degradation === 'max-tokens') cap = Math.min(cap ?? DEGRADED_MAX_TOKENS, DEGRADED_MAX_TOKENS);
-    if (cap === undefined) return;
+    cap ??= tiers.get(ctx.profile!.default_tier)!.max_output_tokens;
+    if (ctx.degradation === 'max-tokens') cap = Math.min(cap, DEGRADED_MAX_TOKENS);
     let lowered: boolean;
     if (ctx.dialect === 'responses') lowered = capField(ctx, 'max_output_tokens', cap);
     else if (ctx.dialect === 'chat' && body.max_completion_tokens !== undefined) {

@@ -61,11 +61,40 @@ t.test("degraded: the fast tier's own list, whatever the client sent; web search
     }, { degradation });
     t.equal(ctx.body!.model, FAST, degradation);
     t.same(ctx.body!.models, ['openai/gpt-4.1-mini'], 'only the fast tier');
-    t.same(ctx.body!.plugins, [{ id: 'file-parser' }], 'the paid web plugin goes, others stay');
+    t.same(ctx.body!.plugins, [{ id: 'file-parser', pdf: { engine: 'pdf-text' } }], 'the paid web plugin goes; the file parser takes the free engine');
     t.notOk('web_search_options' in ctx.body!);
   }
-  const normal = await resolve('chat', { model: 'openai/gpt-5', plugins: [{ id: 'web' }], messages: [] });
-  t.same(normal.body!.plugins, [{ id: 'web' }], 'nothing is dropped while the budget is normal');
+  const normal = await resolve('chat', { model: 'openai/gpt-5', plugins: [{ id: 'web' }, { id: 'file-parser', pdf: { engine: 'mistral-ocr' } }], messages: [] });
+  t.same(normal.body!.plugins, [{ id: 'web' }, { id: 'file-parser', pdf: { engine: 'mistral-ocr' } }], 'nothing is dropped while the budget is normal');
+});
+
+t.test('degraded: server tools billed per use go, with a tool_choice naming them; client tools stay', async (t) => {
+  const own = { name: 'read_file', description: 'reads', input_schema: { type: 'object' } };
+  const messages = await resolve('messages', {
+    model: 'sluice/agent', max_tokens: 100, messages: [{ role: 'user', content: 'hi' }],
+    tools: [own, { type: 'web_search_20250305', name: 'web_search', max_uses: 5 }, { type: 'code_execution_20250825', name: 'code_execution' }, { type: 'web_fetch_20250910', name: 'web_fetch' }],
+    tool_choice: { type: 'tool', name: 'web_search' },
+    plugins: [{ id: 'web' }],
+  }, { degradation: 'fast-only' });
+  t.same(messages.body!.tools, [own], 'messages: only the client tool is left');
+  t.notOk('tool_choice' in messages.body!, 'a tool_choice naming a removed tool goes');
+  t.notOk('plugins' in messages.body! && messages.body!.plugins.length > 0, 'the web plugin goes on messages too');
+  t.match(messages.adjusted.join('\n'), /tools\[type=web_search_20250305,web_search,code_execution_20250825,code_execution,web_fetch_20250910,web_fetch\] removed/);
+
+  const responses = await resolve('responses', {
+    model: 'sluice/agent', input: 'x', tools: [{ type: 'web_search_preview' }], tool_choice: 'auto',
+  }, { degradation: 'max-tokens' });
+  t.notOk('tools' in responses.body!, 'a tools list left empty goes');
+  t.notOk('tool_choice' in responses.body!, 'and so does its tool_choice');
+
+  const chat = await resolve('chat', {
+    model: 'sluice/agent', messages: [], tools: [{ type: 'function', function: { name: 'f' } }, { type: 'openrouter:web_search' }], tool_choice: { type: 'function', function: { name: 'f' } },
+  }, { degradation: 'fast-only' });
+  t.same(chat.body!.tools, [{ type: 'function', function: { name: 'f' } }], "OpenRouter's server tools go");
+  t.same(chat.body!.tool_choice, { type: 'function', function: { name: 'f' } }, 'a tool_choice naming a kept tool stays');
+
+  const normal = await resolve('messages', { model: 'sluice/agent', max_tokens: 100, messages: [], tools: [{ type: 'web_search_20250305', name: 'web_search' }] });
+  t.equal(normal.body!.tools.length, 1, 'nothing is removed at the normal stage');
 });
 
 t.test('messages: a fallback list is never forwarded', async (t) => {

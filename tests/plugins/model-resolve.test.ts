@@ -7,7 +7,10 @@ import t from 'tap';
 import { GatewayError } from '../../lib/errors.ts';
 import { startHarness, type Harness } from '../helpers/gateway.ts';
 
-import { autoCalls, ctxOf, plugin, resolve } from '../helpers/model-resolve.ts';
+import { autoCalls, config, ctxOf, plugin, resolve } from '../helpers/model-resolve.ts';
+
+/** The cap of an id that neither a tier nor the catalog knows: the profile's default tier's. */
+const DEFAULT_TIER_MAX = config.tiers.get(config.profiles.get('dev')!.default_tier)!.max_output_tokens;
 
 t.test('unit: sluice/<tier> picks the tier model, with fallbacks on chat only', async (t) => {
   const chat = await resolve('chat', { model: 'sluice/fast', messages: [] });
@@ -60,8 +63,14 @@ t.test('unit: any other id passes as given, with no tier', async (t) => {
   t.equal(ctx.tier, null);
   t.equal(ctx.model, 'meta-llama/llama-3.3-70b-instruct');
   t.notOk('models' in ctx.body!);
-  t.notOk('max_tokens' in ctx.body!, 'no catalog maximum and no tier: nothing to cap');
-  t.equal(ctx.changed, false);
+  t.equal(ctx.body!.max_tokens, DEFAULT_TIER_MAX, 'no catalog maximum and no tier: the default tier\'s maximum');
+  t.equal(ctx.changed, true);
+  for (const model of ['openrouter/auto', 'openai/gpt-5@preset/x', 'acme/unknown:online']) {
+    const asked = await resolve('chat', { model, max_tokens: 10 ** 9, messages: [] });
+    t.equal(asked.body!.max_tokens, DEFAULT_TIER_MAX, `${model}: capped though the catalog has no entry`);
+    const small = await resolve('responses', { model, max_output_tokens: 100, input: 'x' });
+    t.equal(small.body!.max_output_tokens, 100, `${model}: a smaller ask is kept`);
+  }
 });
 
 t.test('unit: max_tokens cap = min(catalog, tier)', async (t) => {
@@ -74,8 +83,10 @@ t.test('unit: max_tokens cap = min(catalog, tier)', async (t) => {
   const offlist = await resolve('messages', { model: 'sluice/offlist', max_tokens: 10000, messages: [] });
   t.equal(offlist.body!.max_tokens, 4000, 'a tier model the catalog lacks: the tier value alone');
   const unlisted = await resolve('messages', { model: 'acme/other', max_tokens: 999999, messages: [] });
-  t.equal(unlisted.body!.max_tokens, 999999, 'explicit model absent from the catalog: unchanged');
-  t.equal(unlisted.changed, false);
+  t.equal(unlisted.body!.max_tokens, DEFAULT_TIER_MAX, 'explicit model absent from the catalog: the default tier\'s maximum');
+  const within = await resolve('messages', { model: 'acme/other', max_tokens: 100, messages: [] });
+  t.equal(within.body!.max_tokens, 100);
+  t.equal(within.changed, false, 'a request within the cap is untouched');
 });
 
 t.test('unit: which max_tokens field is capped', async (t) => {
@@ -240,7 +251,7 @@ t.test('e2e: resolution, headers, fallbacks, cap and rows', async (t) => {
     const res2 = await post(h, dev, '/v1/chat/completions', unlisted);
     t.equal(res2.status, 400, 'the router refuses a model it does not know, and sluice passes that on');
     t.match(await res2.json(), { error: { message: 'acme/not-in-catalog is not a valid model ID', code: 400 } });
-    t.equal(upstreamCalls(h).at(-1)!.body, unlisted, 'a model absent from the catalog: no cap, no change');
+    t.same(JSON.parse(upstreamCalls(h).at(-1)!.body), { ...JSON.parse(unlisted), max_tokens: DEFAULT_TIER_MAX }, 'a model absent from the catalog: capped at the default tier\'s maximum');
     await rowOf(res2);
   });
 
