@@ -1,8 +1,8 @@
 // A JSON byte scanner for request bodies: it validates the whole text exactly as JSON.parse would
 // judge it, measures the nesting depth, and locates the root object's members (and, for a few named
-// array members, their entries' own members) as byte ranges, without building the value. It never
-// decodes more than keys, and never allocates per string, number or nested value: a 300 KB body
-// costs one pass over its bytes. `splice` rebuilds a root object from the original bytes of its
+// array members, chosen members of their entries) as byte ranges, without building the value. It
+// never decodes more than keys, never allocates per string, number or nested value, and counts
+// what it reads against bounds (ScanLimits): a 300 KB body costs one pass over its bytes. `splice` rebuilds a root object from the original bytes of its
 // unchanged members and new text for the changed ones.
 
 /** One `"key": value` of an object, as byte offsets into the scanned buffer (end exclusive). */
@@ -12,16 +12,17 @@ export interface Member {
   start: number;
   valueStart: number;
   valueEnd: number;
-  /** For a watched array member of the root: its entries (an entry's members when it is an object). */
-  entries?: Entry[];
+  /**
+   * For a watched array member of the root: the members its object entries hold under one of the
+   * `entryKeys` asked for, in text order, INDEX_STRIDE numbers each: the entry's number (0-based),
+   * the key's position in `entryKeys`, and the value's start and end. Flat small integers, not an
+   * object per member: V8 keeps them unboxed, 8 bytes each.
+   */
+  index?: number[];
 }
 
-export interface Entry {
-  start: number;
-  end: number;
-  /** The entry's own members when it is an object (undefined for any other value). */
-  members?: Member[];
-}
+/** Numbers per indexed entry member in Member.index: entry, key, valueStart, valueEnd. */
+export const INDEX_STRIDE = 4;
 
 export interface Scan {
   /** What the root value is. Only an object has `members`. */
@@ -30,6 +31,27 @@ export interface Scan {
   members: Member[];
   /** Whether arrays and objects nest deeper than the `maxDepth` asked for (the root is level 1). */
   tooDeep: boolean;
+  /** The entry members indexed (ScanOptions.entryKeys): Member.index names them by position here. */
+  entryKeys: readonly string[];
+  /**
+   * The first count bound the text went past (see ScanLimits), if any: the scan stopped there, so
+   * `members` is partial and the text was not judged as JSON past that point.
+   */
+  overLimit?: keyof ScanLimits;
+}
+
+/**
+ * Counts the scan bounds as well as bytes and depth: past either it stops at once. The members and
+ * entries it records are objects kept for the request's life, and whatever decodes the text later
+ * (JSON.parse of a member) pays per value, and far more per key of an object with thousands of
+ * keys (V8 keeps such an object as a hash table): a body of millions of tiny values costs
+ * hundreds of MB and a stall of seconds that its byte size does not show.
+ */
+export interface ScanLimits {
+  /** JSON values in the whole text (every string, number, literal, array and object). */
+  values: number;
+  /** Members of any one object, at any depth (duplicates included). */
+  objectMembers: number;
 }
 
 const OBJ = 1;
@@ -45,6 +67,15 @@ function isHex(c: number): boolean {
 
 class Invalid extends Error {}
 const INVALID = new Invalid('not JSON');
+/** Thrown when a count bound is passed; carries which. */
+class OverLimit extends Error {
+  readonly which: keyof ScanLimits;
+  constructor(which: keyof ScanLimits) {
+    super(`over the ${which} bound`);
+    this.which = which;
+  }
+}
+const UNBOUNDED: ScanLimits = { values: Infinity, objectMembers: Infinity };
 
 // The buffer being scanned, and an aligned 32-bit view of it for the string loop (scanning is
 // synchronous, so one set of module state is enough).
@@ -130,15 +161,25 @@ function literal(i: number, word: string): number {
  * would throw. (Bytes that are not UTF-8 inside strings pass, as they do through that decode.)
  * `watch` names root members whose array entries are indexed (e.g. messages, tools).
  */
-export function scanJson(buf: Buffer, opts: { maxDepth: number; watch?: ReadonlySet<string> }): Scan | undefined {
+export interface ScanOptions {
+  maxDepth: number;
+  /** Root members whose array entries are indexed (e.g. messages, tools). */
+  watch?: ReadonlySet<string>;
+  /** The entry members to index (role, type…), by position; the rest are only read past. */
+  entryKeys?: readonly string[];
+  limits?: ScanLimits;
+}
+
+export function scanJson(buf: Buffer, opts: ScanOptions): Scan | undefined {
   b = new Uint8Array(buf.buffer, buf.byteOffset, buf.length);
   n = buf.length;
   wordsAt = (4 - (buf.byteOffset & 3)) & 3;
   words = n > wordsAt ? new Uint32Array(buf.buffer, buf.byteOffset + wordsAt, (n - wordsAt) >> 2) : new Uint32Array(0);
   try {
-    return scan(buf, opts.maxDepth, opts.watch);
+    return scan(buf, opts.maxDepth, opts.watch, opts.entryKeys, opts.limits ?? UNBOUNDED);
   } catch (err) {
     if (err instanceof Invalid) return undefined;
+    if (err instanceof OverLimit) return { root: 'object', members: [], tooDeep: false, entryKeys: [], overLimit: err.which };
     throw err;
   } finally {
     b = new Uint8Array(0);
@@ -147,7 +188,7 @@ export function scanJson(buf: Buffer, opts: { maxDepth: number; watch?: Readonly
   }
 }
 
-function scan(buf: Buffer, maxDepth: number, watch: ReadonlySet<string> | undefined): Scan {
+function scan(buf: Buffer, maxDepth: number, watch: ReadonlySet<string> | undefined, entryKeys: readonly string[] = [], limits: ScanLimits): Scan {
   const stack: number[] = [];
   let depth = 0;
   let tooDeep = false;
@@ -155,11 +196,19 @@ function scan(buf: Buffer, maxDepth: number, watch: ReadonlySet<string> | undefi
   let root: Scan['root'] = 'scalar';
   /** The root member being read, when its entries are indexed. */
   let watched: Member | undefined;
-  let entry: Entry | undefined;
+  /** The number of the watched array's entry being read, and whether it is an object. */
+  let entryNo = -1;
+  let inObjectEntry = false;
+  /** Where the end of the indexed entry member being read goes in its index (-1: none). */
+  let open = -1;
+  /** Members seen so far in each open object, by depth (arrays' slots unused). */
+  const counts: number[] = [];
+  let values = 0;
 
   /** Reads `"key" :` at i; records the member where one is wanted; returns the value's offset. */
   const key = (i: number): number => {
     if (b[i] !== QUOTE) throw INVALID;
+    if (++counts[depth - 1]! > limits.objectMembers) throw new OverLimit('objectMembers');
     const start = i;
     i = string(i);
     const keyEnd = i;
@@ -170,9 +219,17 @@ function scan(buf: Buffer, maxDepth: number, watch: ReadonlySet<string> | undefi
       const m: Member = { key: decodeString(buf, start, keyEnd), start, valueStart: i, valueEnd: -1 };
       members.push(m);
       watched = watch?.has(m.key) && b[i] === 0x5b ? m : undefined;
-      if (watched) watched.entries = [];
-    } else if (depth === 3 && entry?.members) {
-      entry.members.push({ key: decodeString(buf, start, keyEnd), start, valueStart: i, valueEnd: -1 });
+      if (watched) {
+        watched.index = [];
+        entryNo = -1;
+      }
+    } else if (depth === 3 && inObjectEntry) {
+      const k = wantedKey(buf, start, keyEnd, entryKeys);
+      if (k >= 0) {
+        const index = watched!.index!;
+        index.push(entryNo, k, i, -1);
+        open = index.length - 1;
+      }
     }
     return i;
   };
@@ -183,13 +240,15 @@ function scan(buf: Buffer, maxDepth: number, watch: ReadonlySet<string> | undefi
   for (;;) {
     // A value starts at i.
     if (i >= n) throw INVALID;
+    if (++values > limits.values) throw new OverLimit('values');
     if (depth === 2 && watched) {
-      entry = { start: i, end: -1, members: b[i] === 0x7b ? [] : undefined };
-      watched.entries!.push(entry);
+      entryNo++;
+      inObjectEntry = b[i] === 0x7b;
     }
     const c = b[i]!;
     if (c === 0x7b || c === 0x5b) {
       stack.push(c === 0x7b ? OBJ : ARR);
+      counts[depth] = 0;
       if (++depth > maxDepth) tooDeep = true;
       i = ws(i + 1);
       if (b[i] === (c === 0x7b ? 0x7d : 0x5d)) {
@@ -210,14 +269,14 @@ function scan(buf: Buffer, maxDepth: number, watch: ReadonlySet<string> | undefi
     // A value ended at i: close every container it completes, then find the next value.
     for (;;) {
       if (depth === 1 && root === 'object') members[members.length - 1]!.valueEnd = i;
-      else if (depth === 3 && entry?.members) entry.members[entry.members.length - 1]!.valueEnd = i;
-      if (depth === 2 && entry) {
-        entry.end = i;
-        entry = undefined;
+      else if (depth === 3 && open >= 0) {
+        watched!.index![open] = i;
+        open = -1;
       }
+      if (depth === 2) inObjectEntry = false;
       if (depth === 0) {
         if (ws(i) !== n) throw INVALID;
-        return { root, members, tooDeep };
+        return { root, members, tooDeep, entryKeys };
       }
       i = ws(i);
       const top = stack[depth - 1];
@@ -233,6 +292,25 @@ function scan(buf: Buffer, maxDepth: number, watch: ReadonlySet<string> | undefi
       depth--;
     }
   }
+}
+
+/**
+ * The position in `wanted` of the key at start..end (quotes included), or -1, without allocating.
+ * A key with escapes or non-ASCII bytes is decoded to compare.
+ */
+function wantedKey(buf: Buffer, start: number, end: number, wanted: readonly string[]): number {
+  const len = end - start - 2;
+  for (let i = start + 1; i < end - 1; i++) {
+    const c = buf[i]!;
+    if (c === BACKSLASH || c >= 0x80) return wanted.indexOf(decodeString(buf, start, end));
+  }
+  next: for (let w = 0; w < wanted.length; w++) {
+    const key = wanted[w]!;
+    if (key.length !== len) continue;
+    for (let k = 0; k < len; k++) if (buf[start + 1 + k] !== key.charCodeAt(k)) continue next;
+    return w;
+  }
+  return -1;
 }
 
 /** A JSON string's value from its bytes (quotes included): plain ASCII is sliced, anything else parsed. */

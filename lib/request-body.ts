@@ -5,7 +5,7 @@
 // bytes of every member no plugin touched, plus new text for the ones it changed; it never
 // re-serialises the whole body, nor copies the untouched members.
 
-import { parseRange, splice, type Change, type Member, type Scan } from './json-scan.ts';
+import { INDEX_STRIDE, parseRange, splice, type Change, type Member, type Scan } from './json-scan.ts';
 
 /** Members up to this many bytes are decoded when the body is read; longer ones on first read. */
 const EAGER_BYTES = 512;
@@ -16,6 +16,8 @@ interface Origin {
   members: readonly Member[];
   /** The member JSON.parse would keep for each key: the last one of that name. */
   last: Map<string, Member>;
+  /** The entry members the scan indexed, by position (Member.index refers to them). */
+  entryKeys: readonly string[];
   /** Values decoded from the bytes, by key: what the member held before any plugin ran. */
   decoded: Map<string, unknown>;
   /** Accessors still standing for the members not decoded yet. */
@@ -82,7 +84,7 @@ export function bodyFromScan(raw: Buffer, scan: Scan): Record<string, any> {
   const body: Record<string, unknown> = {};
   const last = new Map<string, Member>();
   for (const m of scan.members) last.set(m.key, m);
-  const origin: Origin = { raw, members: scan.members, last, decoded: new Map(), lazy: new Map() };
+  const origin: Origin = { raw, members: scan.members, last, entryKeys: scan.entryKeys, decoded: new Map(), lazy: new Map() };
   // In order of first appearance (JSON.parse's key order), each with its last value.
   for (const m of scan.members) {
     if (Object.prototype.hasOwnProperty.call(body, m.key)) continue;
@@ -129,9 +131,10 @@ export function encodeBody(body: Record<string, any>): Buffer[] {
   const { raw, last } = origin;
   const change = (m: Member): Change => {
     if (!Object.prototype.hasOwnProperty.call(body, m.key)) return { drop: true };
-    if (untouched(body, origin, m.key)) return { keep: true };
-    // Earlier duplicates are dead text (JSON.parse keeps the last): only the last carries the value.
+    // Earlier duplicates are dead text to JSON.parse, which keeps the last, but a router that keeps
+    // the first would read them: only the last goes, so each member is sent exactly once.
     if (last.get(m.key) !== m) return { drop: true };
+    if (untouched(body, origin, m.key)) return { keep: true };
     const text = JSON.stringify(body[m.key]);
     return text === undefined ? { drop: true } : { text };
   };
@@ -144,11 +147,22 @@ export function encodeBody(body: Record<string, any>): Buffer[] {
   return splice(raw, origin.members, change, added);
 }
 
-/** The indexed entries of a top-level array member, when it is still the one scanned. */
-function scannedEntries(body: Record<string, any>, field: string) {
+/** Whether the body's text named a top-level member more than once (encodeBody sends each once). */
+export function hasDuplicateMembers(body: Record<string, any>): boolean {
+  const origin = originOf(body);
+  return origin !== undefined && origin.members.length !== origin.last.size;
+}
+
+/**
+ * The entry index of a top-level array member and the position of `key` in it, when the member is
+ * still the one scanned and the scan indexed `key` (lib/json-scan.ts).
+ */
+function scannedIndex(body: Record<string, any>, field: string, key: string) {
   const origin = originOf(body);
   if (!origin || !untouched(body, origin, field)) return undefined;
-  return { origin, entries: origin.last.get(field)!.entries };
+  const k = origin.entryKeys.indexOf(key);
+  if (k < 0) return undefined;
+  return { raw: origin.raw, index: origin.last.get(field)!.index ?? [], k };
 }
 
 /**
@@ -156,24 +170,35 @@ function scannedEntries(body: Record<string, any>, field: string) {
  * member. On a scanned body this reads the scan's index, not the array.
  */
 export function someEntryHas(body: Record<string, any>, field: string, keys: readonly string[]): boolean {
-  const scanned = scannedEntries(body, field);
-  if (scanned) return scanned.entries?.some((e) => e.members?.some((m) => keys.includes(m.key))) ?? false;
+  const scanned = keys.map((k) => scannedIndex(body, field, k));
+  if (scanned.every((s) => s !== undefined)) {
+    const wanted = scanned.map((s) => s!.k);
+    const index = scanned[0]?.index ?? [];
+    for (let i = 0; i < index.length; i += INDEX_STRIDE) if (wanted.includes(index[i + 1]!)) return true;
+    return false;
+  }
   const list = body[field];
   return Array.isArray(list) && list.some((e) => e !== null && typeof e === 'object' && keys.some((k) => Object.prototype.hasOwnProperty.call(e, k)));
 }
 
 /**
  * Whether some entry of the top-level array `field` is an object whose member `key` is the string
- * `value`. On a scanned body only those members' values are decoded.
+ * `value`. On a scanned body only those members' values are decoded; an entry's last member of
+ * that name is the one that counts (JSON.parse keeps the last).
  */
 export function someEntryWith(body: Record<string, any>, field: string, key: string, value: string): boolean {
-  const scanned = scannedEntries(body, field);
+  const scanned = scannedIndex(body, field, key);
   if (scanned) {
-    const raw = scanned.origin.raw;
-    return scanned.entries?.some((e) => {
-      const m = e.members?.findLast((x) => x.key === key);
-      return m !== undefined && raw[m.valueStart] === 0x22 && parseRange(raw, m.valueStart, m.valueEnd) === value;
-    }) ?? false;
+    const { raw, index, k } = scanned;
+    // Backwards, so the first member of an entry met is its last in the text.
+    let decided = -1;
+    for (let i = index.length - INDEX_STRIDE; i >= 0; i -= INDEX_STRIDE) {
+      if (index[i + 1] !== k || index[i] === decided) continue;
+      decided = index[i]!;
+      const start = index[i + 2]!;
+      if (raw[start] === 0x22 && parseRange(raw, start, index[i + 3]!) === value) return true;
+    }
+    return false;
   }
   const list = body[field];
   return Array.isArray(list) && list.some((e) => e?.[key] === value);

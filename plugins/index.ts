@@ -5,6 +5,7 @@
 
 import type { Plugin } from '../lib/context.ts';
 import type { Deps } from '../lib/deps.ts';
+import { Intake } from '../lib/intake.ts';
 import { allowlist } from './allowlist.ts';
 import { budget } from './budget.ts';
 import { ipBlock } from './ip-block.ts';
@@ -23,7 +24,7 @@ export function createPlugins(deps: Deps, opts: { bodyTimeoutMs: number }): Plug
     allowlist(deps),                             // 5    client address inside the key's allowlist → else 403
     profileCheck(deps),                          // 6    profile still configured (403), upstream key present (503)
     rateLimit(deps, 'key'),                      // 7    a key seen over its requests per minute → 429, body unread
-    readBody({ timeoutMs: opts.bodyTimeoutMs }), //      the body, read and scanned once; end user and session
+    readBody(deps, { timeoutMs: opts.bodyTimeoutMs, intake: new Intake() }), // the body, read within the key's room and scanned once; end user and session
     rateLimit(deps, 'end-user'),                 // 1, 7 IP block, key and (key, end user) windows counted in one step → 429
     sanitizeResponses(),                         //      responses: stateful fields the stateless router cannot honour → 400
     budget(deps),                                // 8    daily and monthly budget → degrade, or 429 at 100 %

@@ -13,10 +13,16 @@ import type { Deps } from '../lib/deps.ts';
 import { GatewayError } from '../lib/errors.ts';
 import { AUTH_FAILURE_LIMIT, AUTH_FAILURE_OPTS, AUTH_FAILURE_WINDOW_S, authFailureBucket } from './ip-block.ts';
 
-const WINDOW_S = 60;
+/** Requests and end users count in fixed windows of this length. */
+export const WINDOW_S = 60;
+
+/** The key's window (plugins/read-body.ts also counts a body that never completes in it). */
+export function keyWindow(keyId: number): string {
+  return `rl:key:${keyId}`;
+}
 
 function keyBucket(ctx: Ctx): string {
-  return `rl:key:${ctx.key!.row.id}`;
+  return keyWindow(ctx.key!.row.id);
 }
 
 export function rateLimit(deps: Pick<Deps, 'counters' | 'budget'>, scope: 'key' | 'end-user'): Plugin {

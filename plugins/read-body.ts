@@ -1,14 +1,18 @@
 // Reads and scans the request body, once, after the header-only checks have passed: an
-// unauthenticated client never makes sluice buffer its body. Bodies over 32 MiB answer 413
+// unauthenticated client never makes sluice buffer its body, and a key's bodies arriving at once
+// are bounded in number and bytes before a byte is read (lib/intake.ts). Bodies over 32 MiB answer 413
 // (refused from content-length before reading when it is declared), bodies that stall answer
 // 408, bodies that are not a JSON object with a usable string `model`, or that nest deeper than
 // anything downstream can re-serialise, answer 400; nothing goes upstream.
 
 import { PROXIED, type Ctx, type Plugin } from '../lib/context.ts';
 import { identify } from '../lib/end-user.ts';
+import type { Deps } from '../lib/deps.ts';
 import { GatewayError } from '../lib/errors.ts';
-import { scanJson } from '../lib/json-scan.ts';
-import { bodyFromScan } from '../lib/request-body.ts';
+import type { Intake, Reservation } from '../lib/intake.ts';
+import { scanJson, type ScanLimits } from '../lib/json-scan.ts';
+import { bodyFromScan, hasDuplicateMembers } from '../lib/request-body.ts';
+import { WINDOW_S, keyWindow } from './rate-limit.ts';
 
 export const MAX_BODY_BYTES = 32 * 1024 * 1024;
 /**
@@ -18,14 +22,30 @@ export const MAX_BODY_BYTES = 32 * 1024 * 1024;
  */
 export const MAX_DEPTH = 512;
 /**
+ * What one body may hold besides bytes and depth (lib/json-scan.ts counts them as it reads). A turn
+ * of a coding agent's conversation is 10–25 JSON values (a tool call and its result, with their
+ * wrappers) and at least ~100 tokens, so even a 1 M-token context holds under 250 000 values;
+ * Codex's 272 k-token one under 40 000. No object of a real request has more than a few hundred
+ * members. Decoding a member costs per value (JSON.parse: ~0.2 µs a value, ~1 µs a key of an
+ * object past 128 keys), so these bounds also bound the longest a plugin's decode can hold the
+ * event loop (~60 ms). Past either: 400, nothing decoded.
+ */
+export const BODY_LIMITS: ScanLimits = { values: 250_000, objectMembers: 1_000 };
+const OVER_LIMIT: Record<keyof ScanLimits, string> = {
+  values: `The request body holds more than ${BODY_LIMITS.values.toLocaleString('en')} JSON values.`,
+  objectMembers: `An object in the request body has more than ${BODY_LIMITS.objectMembers.toLocaleString('en')} members.`,
+};
+/**
  * The model id goes upstream as given and comes back in the `x-sluice-model` response header, so
  * it must be a header-safe token: router ids are short printable ASCII (`openai/gpt-5:online`).
  */
 const MODEL_RE = /^[\x21-\x7e]{1,256}$/;
 /** Top-level arrays whose entries the scan indexes: the sanitizers inspect them without decoding them. */
 const INDEXED = new Set(['messages', 'tools', 'input']);
+/** The members of those entries the sanitizers ask about (plugins/sanitize.ts, plugins/sanitize-responses.ts). */
+const ENTRY_KEYS = ['role', 'type', 'strict', 'defer_loading'];
 
-function readAll(ctx: Ctx, timeoutMs: number): Promise<Buffer> {
+function readAll(ctx: Ctx, timeoutMs: number, room: Reservation): Promise<Buffer> {
   const req = ctx.req;
   // The client may have left while the header-only checks awaited: 'close' has already fired.
   if (req.destroyed) return Promise.reject(new Error('client closed before the body was complete'));
@@ -45,6 +65,11 @@ function readAll(ctx: Ctx, timeoutMs: number): Promise<Buffer> {
     function onData(c: Buffer) {
       size += c.length;
       if (size > MAX_BODY_BYTES) return fail(new GatewayError('request_too_large'));
+      try {
+        room.grow(c.length);
+      } catch (err) {
+        return fail(err as Error);
+      }
       chunks.push(c);
     }
     function onEnd() {
@@ -61,40 +86,32 @@ function readAll(ctx: Ctx, timeoutMs: number): Promise<Buffer> {
   });
 }
 
-/**
- * Whether a decoded value's arrays and objects nest deeper than `limit` (the value itself is one
- * level); the body's own depth comes from the scan. Recursion
- * stops `limit` levels down, so it cannot overflow the stack whatever the body; primitives cost
- * one type check. (Measured: ~20× faster than an explicit-stack walk, far below JSON.parse.)
- */
-export function nestedDeeperThan(value: object, limit: number): boolean {
-  if (limit <= 0) return true;
-  if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i++) {
-      const child = value[i];
-      if (child !== null && typeof child === 'object' && nestedDeeperThan(child, limit - 1)) return true;
-    }
-    return false;
-  }
-  for (const k in value) {
-    const child = (value as Record<string, unknown>)[k];
-    if (child !== null && typeof child === 'object' && nestedDeeperThan(child, limit - 1)) return true;
-  }
-  return false;
-}
-
-export function readBody(opts: { timeoutMs: number }): Plugin {
+export function readBody(deps: Pick<Deps, 'counters'>, opts: { timeoutMs: number; intake: Intake }): Plugin {
   return {
     name: 'read-body',
     routes: PROXIED,
     async run(ctx) {
       const declared = Number(ctx.req.headers['content-length']);
       if (declared > MAX_BODY_BYTES) throw new GatewayError('request_too_large');
-      const raw = await readAll(ctx, opts.timeoutMs);
+      const { row } = ctx.key!;
+      const limit = ctx.profile!.rate_limits.per_key_per_minute;
+      let raw: Buffer;
+      // Room for the body is taken before a byte of it is read, and given back once it is.
+      const room = opts.intake.admit(row.id, limit, declared > 0 ? declared : 0);
+      try {
+        raw = await readAll(ctx, opts.timeoutMs, room);
+      } catch (err) {
+        // A body that never completes still counts toward its key's window (nothing awaits it).
+        deps.counters.consume(keyWindow(row.id), limit, WINDOW_S).catch(() => {});
+        throw err;
+      } finally {
+        room.end();
+      }
       // One pass over the bytes validates the JSON and finds the top-level members; nothing is
       // decoded beyond the small members (lib/request-body.ts).
-      const scan = scanJson(raw, { maxDepth: MAX_DEPTH, watch: INDEXED });
+      const scan = scanJson(raw, { maxDepth: MAX_DEPTH, watch: INDEXED, entryKeys: ENTRY_KEYS, limits: BODY_LIMITS });
       if (!scan) throw new GatewayError('invalid_body', { message: 'The request body is not valid JSON.' });
+      if (scan.overLimit) throw new GatewayError('invalid_body', { message: OVER_LIMIT[scan.overLimit] });
       if (scan.root !== 'object') throw new GatewayError('invalid_body', { message: 'The request body must be a JSON object.' });
       const body = bodyFromScan(raw, scan);
       const model = body.model;
@@ -109,6 +126,8 @@ export function readBody(opts: { timeoutMs: number }): Plugin {
       }
       ctx.raw = raw;
       ctx.body = body;
+      // A name given twice is re-encoded once, whatever the plugins change (lib/request-body.ts).
+      if (hasDuplicateMembers(body)) ctx.changed = true;
       ctx.requestedModel = model;
       ctx.stream = body.stream === true;
       identify(ctx);

@@ -6,11 +6,13 @@
 
 import fc from 'fast-check';
 import t from 'tap';
-import { parseRange, scanJson, splice } from '../../lib/json-scan.ts';
+import { INDEX_STRIDE, parseRange, scanJson, splice } from '../../lib/json-scan.ts';
 import { bodyFromScan, encodeBody, someEntryHas, someEntryWith } from '../../lib/request-body.ts';
 
+/** The entry members the gateway indexes (plugins/read-body.ts), and two more. */
+const ENTRY_KEYS = ['role', 'type', 'strict', 'defer_loading', 'content'];
 const scan = (text: string | Buffer, maxDepth = 512, watch?: string[]) =>
-  scanJson(Buffer.isBuffer(text) ? text : Buffer.from(text), { maxDepth, watch: watch && new Set(watch) });
+  scanJson(Buffer.isBuffer(text) ? text : Buffer.from(text), { maxDepth, watch: watch && new Set(watch), entryKeys: ENTRY_KEYS });
 
 function parses(text: string | Buffer): boolean {
   try {
@@ -24,7 +26,7 @@ function parses(text: string | Buffer): boolean {
 /** A body object from text, as read-body builds it. */
 function body(text: string, watch = ['messages', 'tools']) {
   const raw = Buffer.from(text);
-  const s = scanJson(raw, { maxDepth: 512, watch: new Set(watch) })!;
+  const s = scanJson(raw, { maxDepth: 512, watch: new Set(watch), entryKeys: ENTRY_KEYS })!;
   return bodyFromScan(raw, s);
 }
 
@@ -67,27 +69,41 @@ t.test('depth: the root is level 1; deeper than maxDepth is flagged, not refused
   t.equal(scan(`[${'['.repeat(100_000)}`, 512), undefined, 'unclosed deep nesting is invalid');
 });
 
-t.test('watched arrays: entries and their members are indexed, nothing else', async (t) => {
+t.test('watched arrays: the members of object entries are indexed with their entry, nothing else', async (t) => {
   const text = '{"messages":[{"role":"user","content":[{"role":"system"}]},"x",[1],{"role":"system","role":"user"},{}],"other":[{"role":"system"}]}';
   const s = scan(text, 512, ['messages', 'other-not'])!;
   const [messages, other] = s.members;
-  t.equal(other!.entries, undefined, 'an unwatched array has no index');
-  const entries = messages!.entries!;
-  t.equal(entries.length, 5);
-  t.same(entries.map((e) => text.slice(e.start, e.end)), ['{"role":"user","content":[{"role":"system"}]}', '"x"', '[1]', '{"role":"system","role":"user"}', '{}']);
-  t.same(entries.map((e) => e.members?.map((m) => m.key)), [['role', 'content'], undefined, undefined, ['role', 'role'], []]);
-  t.same(entries[0]!.members!.map((m) => text.slice(m.valueStart, m.valueEnd)), ['"user"', '[{"role":"system"}]']);
-  t.equal(scan('{"messages":{"role":"system"}}', 512, ['messages'])!.members[0]!.entries, undefined, 'a watched name holding no array');
+  t.equal(other!.index, undefined, 'an unwatched array has no index');
+  const index = messages!.index!;
+  const rows = [];
+  for (let i = 0; i < index.length; i += INDEX_STRIDE) rows.push([index[i], s.entryKeys[index[i + 1]!], text.slice(index[i + 2], index[i + 3])]);
+  t.same(rows, [[0, 'role', '"user"'], [0, 'content', '[{"role":"system"}]'], [3, 'role', '"system"'], [3, 'role', '"user"']]);
+  t.equal(scan('{"messages":{"role":"system"}}', 512, ['messages'])!.members[0]!.index, undefined, 'a watched name holding no array');
+  const only = scanJson(Buffer.from(text), { maxDepth: 512, watch: new Set(['messages']), entryKeys: ['content'] })!;
+  const content = text.indexOf('[{"role":"system"}]');
+  t.same(only.members[0]!.index, [0, 0, content, content + 19], 'entryKeys: only the keys asked for');
+  const escaped = scanJson(Buffer.from('{"m":[{"r\\u006fle":"system","tÿpe":1,"x":2}]}'), { maxDepth: 512, watch: new Set(['m']), entryKeys: ['x', 'tÿpe', 'role'] })!;
+  t.same(escaped.members[0]!.index!.filter((_, i) => i % INDEX_STRIDE === 1), [2, 1, 0], 'an escaped or non-ASCII key is decoded before it is compared');
 });
 
 t.test('parseRange decodes each kind of value', async (t) => {
   const text = '["a\\"b",true,false,null,-1.5e2,{"x":[1]},"é"]';
   const raw = Buffer.from(text);
   const values = JSON.parse(text) as unknown[];
-  const s = scan(`{"v":${text}}`, 512, ['v'])!;
-  const inner = Buffer.from(`{"v":${text}}`);
-  t.same(s.members[0]!.entries!.map((e) => parseRange(inner, e.start, e.end)), values);
+  const obj = Buffer.from(`{${values.map((v, i) => `"${i}":${JSON.stringify(v)}`).join(',')}}`);
+  t.same(scan(obj)!.members.map((m) => parseRange(obj, m.valueStart, m.valueEnd)), values);
   t.same(parseRange(raw, 0, raw.length), values);
+});
+
+t.test('count bounds: past the values or one object\'s members, the scan stops and says which', async (t) => {
+  const limits = { values: 10, objectMembers: 3 };
+  const go = (text: string) => scanJson(Buffer.from(text), { maxDepth: 512, limits });
+  t.equal(go('{"a":[1,2,3,4,5,6,7,8]}')!.overLimit, undefined, '10 values pass');
+  t.equal(go('{"a":[1,2,3,4,5,6,7,8,9]}')!.overLimit, 'values', 'the 11th value is over');
+  t.equal(go('{"a":1,"b":2,"c":{"x":1,"y":2,"z":3}}')!.overLimit, undefined, '3 members in each object pass');
+  t.equal(go('{"a":1,"b":{"x":1,"y":2,"z":3,"w":4}}')!.overLimit, 'objectMembers', 'a nested object with 4');
+  t.equal(go('{"a":1,"a":2,"a":3,"a":4}')!.overLimit, 'objectMembers', 'duplicates count');
+  t.equal(go('{"a":1,"b":2,"c":'), undefined, 'invalid text that ends before the bound is still invalid');
 });
 
 t.test('splice: keep, drop, replace, append', async (t) => {

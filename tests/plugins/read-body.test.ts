@@ -7,7 +7,10 @@ import { PassThrough } from 'node:stream';
 import t from 'tap';
 import type { Ctx } from '../../lib/context.ts';
 import { GatewayError } from '../../lib/errors.ts';
-import { MAX_BODY_BYTES, MAX_DEPTH, nestedDeeperThan, readBody } from '../../plugins/read-body.ts';
+import { MemoryCounters } from '../../lib/counters/memory.ts';
+import { Intake } from '../../lib/intake.ts';
+import { BODY_LIMITS, MAX_BODY_BYTES, MAX_DEPTH, readBody } from '../../plugins/read-body.ts';
+import { keyWindow, WINDOW_S } from '../../plugins/rate-limit.ts';
 
 const MiB = 1024 * 1024;
 
@@ -29,12 +32,17 @@ function ctxFor(req: FakeReq, dialect: 'chat' | 'messages' = 'chat'): Ctx {
     id: 'test', req: req as unknown as Ctx['req'], res: {} as Ctx['res'], route: dialect, dialect, t0: 0, ip: '127.0.0.1',
     changed: false, stream: false, endUser: null, session: null, run: null, requestedModel: null, tier: null, model: null,
     degradation: 'none', removed: [], adjusted: [],
-  };
+    key: { row: { id: 1 }, allow: undefined }, profile: { rate_limits: { per_key_per_minute: 60, per_user_per_minute: 10 } },
+  } as unknown as Ctx;
 }
+
+const counters = new MemoryCounters();
+t.teardown(() => counters.close());
+const intake = new Intake();
 
 /** The plugin's run as a promise (run() may return void for synchronous plugins; this one never does). */
 function start(req: FakeReq, timeoutMs: number, dialect: 'chat' | 'messages' = 'chat', ctx = ctxFor(req, dialect)): Promise<void> {
-  return Promise.resolve(readBody({ timeoutMs }).run(ctx));
+  return Promise.resolve(readBody({ counters }, { timeoutMs, intake }).run(ctx));
 }
 
 /** Runs the plugin on a request that sends `body` in the given pieces and ends. */
@@ -183,13 +191,76 @@ t.test('nesting deeper than MAX_DEPTH is refused; up to it passes', async (t) =>
   await t.rejects(run(`{"model":"x/y","a":${nested(100_000)}}`), { code: 'invalid_body' }, '100 000 nested arrays');
 });
 
-t.test('nestedDeeperThan', async (t) => {
-  t.equal(nestedDeeperThan({}, 1), false, 'an empty object is one level');
-  t.equal(nestedDeeperThan({ a: {} }, 1), true);
-  t.equal(nestedDeeperThan({ a: [1, 'x', null, true] }, 2), false, 'primitives add no level');
-  t.equal(nestedDeeperThan({ a: [{ b: [] }] }, 3), true);
-  t.equal(nestedDeeperThan({ a: 1, b: { c: { d: {} } }, e: [] }, 4), false, 'the deepest branch counts, wherever it is');
-  t.equal(nestedDeeperThan({ a: 1, b: { c: { d: {} } }, e: [] }, 3), true);
-  t.equal(nestedDeeperThan(JSON.parse(nested(200_000)), MAX_DEPTH), true, 'no stack overflow at 200 000 levels');
-  t.equal(nestedDeeperThan(Array.from({ length: 200_000 }, (_, i) => ({ i })), MAX_DEPTH), false, 'wide is not deep');
+
+t.test('count bounds: too many values, or an object with too many members, is a 400 naming the bound', async (t) => {
+  const values = `{"model":"x/y","a":[${'0,'.repeat(BODY_LIMITS.values)}0]}`;
+  await t.rejects(run(values), { code: 'invalid_body', status: 400, message: /more than 250,000 JSON values/ });
+  const members = `{"model":"x/y","metadata":{${Array.from({ length: BODY_LIMITS.objectMembers + 1 }, (_, i) => `"k${i}":0`).join(',')}}}`;
+  await t.rejects(run(members), { code: 'invalid_body', status: 400, message: /more than 1,000 members/ });
+  const top = `{"model":"x/y",${Array.from({ length: BODY_LIMITS.objectMembers }, (_, i) => `"k${i}":0`).join(',')}}`;
+  await t.rejects(run(top), { code: 'invalid_body', message: /more than 1,000 members/ }, 'the root object counts its members too');
+  const fits = `{"model":"x/y","a":[${'0,'.repeat(BODY_LIMITS.values - 4)}0]}`;
+  t.equal((await run(fits)).requestedModel, 'x/y', 'up to the bound passes');
+});
+
+t.test('a member named twice marks the body changed, so it is sent once', async (t) => {
+  const ctx = await run('{"model":"x/y","max_tokens":5,"max_tokens":5}');
+  t.equal(ctx.changed, true);
+  t.equal(ctx.body!.max_tokens, 5);
+});
+
+t.test("a key's bodies arriving at once are bounded before they are read", async (t) => {
+  const small = new Intake({ perKeyBytes: 1000, totalBytes: 3000 });
+  const go = (req: FakeReq, keyId = 1, perMinute = 60) => {
+    const ctx = ctxFor(req);
+    (ctx.key!.row as { id: number }).id = keyId;
+    (ctx.profile as { rate_limits: { per_key_per_minute: number } }).rate_limits.per_key_per_minute = perMinute;
+    return Promise.resolve(readBody({ counters }, { timeoutMs: 5_000, intake: small }).run(ctx));
+  };
+  const declared = fakeReq({ 'content-length': '1001' });
+  declared.write('{"model":"x"}');
+  await t.rejects(go(declared), { code: 'rate_limit_exceeded', status: 429, message: 'The request bodies of this key arriving at once pass 1000 bytes.' }, 'a declared length past the key\'s room');
+  t.equal(declared.readableLength, 13, 'nothing of it was read');
+  t.equal(small.bytes, 0, 'and nothing stays reserved');
+
+  const chunked = fakeReq();
+  const refused = t.rejects(go(chunked), { code: 'rate_limit_exceeded' }, 'an undeclared body refused once past the room');
+  chunked.write(`{"model":"x/y","pad":"${'a'.repeat(990)}`);
+  await refused;
+  t.equal(small.bytes, 0);
+
+  const first = fakeReq();
+  const pending = go(first, 2, 1);
+  first.write('{"model":"x/y",');
+  await t.rejects(go(fakeReq(), 2, 1), { code: 'rate_limit_exceeded', message: /limit of 1 a minute/ }, 'more bodies at once than the key\'s limit');
+  const other = fakeReq();
+  const otherDone = go(other, 3, 1);
+  other.end('{"model":"x/y"}');
+  await otherDone;
+  first.end('"a":1}');
+  await pending;
+  t.equal(small.bytes, 0, 'each read gives its room back');
+
+  const keys = [10, 11, 12].map((id) => {
+    const req = fakeReq({ 'content-length': '1000' });
+    return { req, done: go(req, id) };
+  });
+  await t.rejects(go(fakeReq({ 'content-length': '1' }), 13), { code: 'rate_limit_exceeded', message: 'The gateway is receiving 3000 bytes of request bodies at once; retry shortly.' }, 'the process bound holds across keys');
+  for (const { req, done } of keys) {
+    req.end(`{"model":"x/y","pad":"${'a'.repeat(1000 - 24)}"}`);
+    await done;
+  }
+  t.equal(small.bytes, 0);
+});
+
+t.test('a body that never completes counts toward its key\'s window', async (t) => {
+  const req = fakeReq();
+  const ctx = ctxFor(req);
+  (ctx.key!.row as { id: number }).id = 77;
+  const pending = Promise.resolve(readBody({ counters }, { timeoutMs: 5_000, intake }).run(ctx));
+  req.write('{"model":');
+  req.destroy();
+  await t.rejects(pending);
+  const v = await counters.peek(keyWindow(77), 60, WINDOW_S);
+  t.equal(v.count, 1);
 });

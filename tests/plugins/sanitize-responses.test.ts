@@ -15,7 +15,7 @@ const plugin = sanitizeResponses();
 /** A Ctx whose body was read from bytes the way plugins/read-body.ts reads it. */
 function fromBytes(json: string): Ctx {
   const raw = Buffer.from(json);
-  const scan = scanJson(raw, { maxDepth: 512, watch: new Set(['messages', 'tools', 'input']) })!;
+  const scan = scanJson(raw, { maxDepth: 512, watch: new Set(['messages', 'tools', 'input']), entryKeys: ['role', 'type', 'strict', 'defer_loading'] })!;
   return { id: 'unit', dialect: 'responses', route: 'responses', raw, body: bodyFromScan(raw, scan), changed: false, removed: [] as string[] } as unknown as Ctx;
 }
 

@@ -12,7 +12,7 @@ import { bodyFromScan, encodeBody } from '../../../lib/request-body.ts';
 
 function scanned(text: string) {
   const raw = Buffer.from(text);
-  return { raw, body: bodyFromScan(raw, scanJson(raw, { maxDepth: 512, watch: new Set(['messages']) })!) };
+  return { raw, body: bodyFromScan(raw, scanJson(raw, { maxDepth: 512, watch: new Set(['messages']), entryKeys: ['role'] })!) };
 }
 
 /** POSTs `write` to a real server and answers the bytes it received and the content-length it read. */
