@@ -101,13 +101,32 @@ export function estimateCost(u: { input_tokens: number; output_tokens: number; c
   return Math.round(usd * 1e10) / 1e10;
 }
 
-/** A row's cost: the router's reported figure, else an estimate from per-token prices (0 without any). */
+/**
+ * Prompt tokens estimated from the bytes of a request body: one token per four bytes, rounded up
+ * (JSON text of English and code runs at three to five bytes a token). The simulated router counts
+ * a prompt by the same rule, so a test's estimate and the router's figure agree.
+ */
+export function promptTokensOf(bodyBytes: number): number {
+  return Math.ceil(bodyBytes / 4);
+}
+
+/**
+ * A row's cost: the router's reported figure, else an estimate from per-token prices (0 without
+ * any). `promptBytes` is the size of a body the router received but answered no usage for (a
+ * client that left, a timeout, a cut): when the router reported no input-side tokens, the prompt
+ * is estimated from those bytes (promptTokensOf) at the input price. Output the router did not
+ * report is not estimated.
+ */
 export function rowCost(
   u: { cost: number | null; input_tokens: number; output_tokens: number; cache_read_tokens: number; cache_write_tokens: number },
   prices: Prices | undefined,
+  promptBytes = 0,
 ): { cost_usd: number; cost_source: 'upstream' | 'estimate' } {
   if (u.cost !== null) return { cost_usd: u.cost, cost_source: 'upstream' };
-  return { cost_usd: prices ? estimateCost(u, prices) : 0, cost_source: 'estimate' };
+  if (!prices) return { cost_usd: 0, cost_source: 'estimate' };
+  const unreported = u.input_tokens === 0 && u.cache_read_tokens === 0 && u.cache_write_tokens === 0;
+  const counted = unreported && promptBytes > 0 ? { ...u, input_tokens: promptTokensOf(promptBytes) } : u;
+  return { cost_usd: estimateCost(counted, prices), cost_source: 'estimate' };
 }
 
 /** Per-token prices of a tier (its per-million prices; cache reads and writes at the input price). */

@@ -3,7 +3,8 @@
 // and pipes the response back byte for byte while the usage tap reads a copy (./exchange.ts).
 // It adds response headers only. Failures before the response starts answer 502/504 in the
 // dialect; failures after it started end the stream with one error event of the dialect. Every
-// request that reached this core leaves exactly one row, client disconnects included.
+// request that reached this core leaves exactly one row, client disconnects included; a client
+// that stops reading is cut off rather than left holding its socket and the upstream.
 // This file is the wiring, done once: agents, the proxy server, its two hooks, the targets.
 
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
@@ -21,7 +22,22 @@ import { bodyOf, headersOf, OneWrite, targetOf, upstreamTargets } from './upstre
 export { UsageTap, usageOf, type Usage } from './usage-tap.ts';
 
 /** What the core needs; it names the types itself rather than borrow the plugins' Deps (which sits above it). */
-type ProxyDeps = { log: Logger; config: Config; catalog: Catalog; now: () => number; record: (row: RequestRow) => void; upstreamTimeoutMs: number };
+interface ProxyDeps {
+  log: Logger;
+  config: Config;
+  catalog: Catalog;
+  now: () => number;
+  record: (row: RequestRow) => void;
+  /** Longest wait for the upstream's headers, and longest upstream silence inside a response. */
+  upstreamTimeoutMs: number;
+  /** How long the upstream may wait paused on a client that takes nothing before both are cut (default: upstreamTimeoutMs). */
+  clientStallMs?: number;
+  /** How long a client has to take a response sluice ended itself (an error, a shutdown) before its socket is destroyed (default 5 s). */
+  endGraceMs?: number;
+}
+
+/** The default of ProxyDeps.endGraceMs. */
+export const END_GRACE_MS = 5_000;
 type Tagged = IncomingMessage & { [EXCHANGE]?: Exchange };
 interface WebOptions { target: URL; agent: http.Agent | false; buffer: OneWrite }
 
@@ -35,7 +51,9 @@ export function createProxy(deps: ProxyDeps) {
   // streams reuses them instead of opening hundreds of connections at once.
   const agentOptions = { keepAlive: true, keepAliveMsecs: 10_000, timeout: 30_000, maxFreeSockets: 4096 };
   const agents = { 'http:': new http.Agent(agentOptions), 'https:': new https.Agent(agentOptions) };
-  const proxy = new ProxyServer({ selfHandleResponse: true, changeOrigin: true, ignorePath: true, proxyTimeout: deps.upstreamTimeoutMs });
+  // No proxyTimeout here: each exchange sets the upstream timeout itself, and stops it while it
+  // holds the upstream paused for a slow client (exchange.ts, hold()).
+  const proxy = new ProxyServer({ selfHandleResponse: true, changeOrigin: true, ignorePath: true });
   // Precomputed per router and route: the hot path joins no URLs except for a query string.
   const targets = upstreamTargets(deps.config);
   const core: ExchangeCore = {
@@ -45,6 +63,9 @@ export function createProxy(deps: ProxyDeps) {
     // Estimates price tier requests at the tier's prices; built once, not per row.
     tierPrices: new Map([...deps.config.tiers].map(([name, tier]) => [name, tierPrices(tier)])),
     open: new OpenList(),
+    upstreamTimeoutMs: deps.upstreamTimeoutMs,
+    clientStallMs: deps.clientStallMs ?? deps.upstreamTimeoutMs,
+    endGraceMs: deps.endGraceMs ?? END_GRACE_MS,
   };
   proxy.on('proxyReq', (proxyReq, req) => (req as Tagged)[EXCHANGE]?.sent(proxyReq));
   proxy.on('proxyRes', (proxyRes, req) => (req as Tagged)[EXCHANGE]?.respond(proxyRes));
@@ -93,6 +114,7 @@ export function createProxy(deps: ProxyDeps) {
       const target = targetOf(targets, ctx);
       const options: WebOptions = { target, agent: agents[target.protocol as 'http:' | 'https:'], buffer: body };
       ex.upstreamOptions = options; // for its one retry
+      ex.bodyBytes = body.length;
       send(ex, options, headersOf(ctx, body.length));
     },
     /** Exchanges still open (their rows not yet made). */

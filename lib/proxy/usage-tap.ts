@@ -8,6 +8,10 @@
 import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
 import type { Dialect } from '../errors.ts';
 
+/** Distinct tool names a row keeps (providers allow 64-character names; agents define a few dozen tools). */
+export const MAX_TOOLS = 64;
+export const MAX_TOOL_NAME = 128;
+
 export interface Usage {
   input_tokens: number;
   output_tokens: number;
@@ -212,8 +216,16 @@ export class UsageTap {
     }
   }
 
+  /**
+   * Notes a tool the model called. The names are the client's own (its tool definitions), so the
+   * row keeps at most MAX_TOOLS of them, each at most MAX_TOOL_NAME characters: the check for a
+   * name already kept stays bounded however many calls a response makes.
+   */
   private tool(name: string): void {
-    if (!this.usage.tools.includes(name)) this.usage.tools.push(name);
+    const tools = this.usage.tools;
+    if (tools.length >= MAX_TOOLS) return;
+    if (name.length > MAX_TOOL_NAME) name = name.slice(0, MAX_TOOL_NAME);
+    if (!tools.includes(name)) tools.push(name);
   }
 
   private readChat(j: any, streamed: boolean): void {
