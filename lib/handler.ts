@@ -8,7 +8,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { BlockList } from 'node:net';
 import type { Logger } from 'pino';
 import type { Metrics } from './board/metrics.ts';
-import { clientIp } from './client-ip.ts';
+import { canonicalIp, clientIp, inList } from './client-ip.ts';
 import { newRequestId, type Ctx, type Plugin, type Route } from './context.ts';
 import { GatewayError, renderError, type Dialect } from './errors.ts';
 
@@ -27,9 +27,10 @@ type OperatorRoute = (req: IncomingMessage, res: ServerResponse) => unknown;
 export interface HandlerOptions {
   /** Each /v1 route with its chain, resolved at start-up. */
   routes: Map<string, RouteDef & { chain: Plugin[] }>;
-  /** The board's GET/HEAD routes (/, /api/summary, /metrics), consulted before the /v1 routes. */
+  /** The board's GET/HEAD routes (/, /api/summary, /api/health, /metrics), consulted before the /v1 routes. */
   operatorRoutes: Map<string, OperatorRoute>;
-  health: () => object;
+  /** What `GET /health?details` shows: only the status a load balancer needs (the details are the board's). */
+  status: () => 'ok' | 'degraded';
   forward: (ctx: Ctx) => void;
   metrics: Pick<Metrics, 'refusal' | 'trackStream'>;
   trustedProxies: BlockList;
@@ -72,6 +73,7 @@ class Where {
 export function createHandler(opts: HandlerOptions) {
   const { routes, operatorRoutes, metrics, log, modelsBody, trustedProxies } = opts;
   let inFlight = 0;
+  let xffNoted = false;
   let idle: (() => void) | undefined;
   // One listener function for every response, not a closure per request.
   function onResponseClose(): void {
@@ -86,7 +88,7 @@ export function createHandler(opts: HandlerOptions) {
     }
     if (path === '/health' && (req.method === 'GET' || req.method === 'HEAD')) {
       if (!where.hasQuery) res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
-      else res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(opts.health()));
+      else res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: opts.status() }));
       return;
     }
     const operator = req.method === 'GET' || req.method === 'HEAD' ? operatorRoutes.get(path) : undefined;
@@ -96,10 +98,18 @@ export function createHandler(opts: HandlerOptions) {
       res.setHeader('allow', def.method);
       return renderError(res, dialect, new GatewayError('method_not_allowed'));
     }
+    // A trusted proxy's X-Forwarded-For that cannot be read is refused: taking the proxy's own
+    // address instead would count every client behind it as one.
+    const ip = clientIp(req.socket.remoteAddress, req.headers['x-forwarded-for'], trustedProxies);
+    if (ip === null) throw new GatewayError('invalid_forwarded_for');
+    if (!xffNoted && req.headers['x-forwarded-for'] !== undefined && !inList(trustedProxies, canonicalIp(req.socket.remoteAddress ?? '') ?? '')) {
+      // Once per process: a front proxy left out of SLUICE_TRUSTED_PROXIES makes every client one address.
+      xffNoted = true;
+      log.warn({ peer: ip }, 'X-Forwarded-For from a peer not named in SLUICE_TRUSTED_PROXIES is ignored: if this peer is your front proxy, name it there');
+    }
     const run = req.headers['x-sluice-run'];
     const ctx: Ctx = {
-      id: newRequestId(), req, res, route: def.route, dialect, t0: performance.now(),
-      ip: clientIp(req.socket.remoteAddress, req.headers['x-forwarded-for'], trustedProxies),
+      id: newRequestId(), req, res, route: def.route, dialect, t0: performance.now(), ip,
       changed: false, stream: false, endUser: null, session: null, run: typeof run === 'string' ? run.slice(0, 128) : null,
       requestedModel: null, tier: null, model: null, degradation: 'none', removed: [], adjusted: [],
     };
@@ -126,8 +136,11 @@ export function createHandler(opts: HandlerOptions) {
     if (err instanceof GatewayError) {
       metrics.refusal(where.def?.route, where.ctx?.profile?.name, err.code);
       renderError(res, dialect, err);
-      // A refused body may still be arriving: close the connection rather than read it on.
-      if (err.code === 'request_too_large' || err.code === 'body_timeout') res.once('finish', () => lingeringClose(req));
+      // A refused body may still be arriving: close the connection rather than read it on (a body
+      // sluice will not take says so with `connection: close`; others Node reads past on its own).
+      if (!req.complete && (err.code === 'request_too_large' || err.code === 'body_timeout' || err.headers.connection === 'close')) {
+        res.once('finish', () => lingeringClose(req));
+      }
     } else if (!req.complete && req.socket.destroyed) {
       // The client went away while its body was arriving (its socket, and so `res`, is gone): nothing to answer.
       log.debug({ err: (err as Error).message }, 'client closed before its request body was complete');

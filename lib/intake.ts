@@ -85,8 +85,9 @@ export class Intake {
   }
 }
 
+/** The 429 of a body with no room: it closes the connection, so the rest of the body is not read. */
 function refusal(message: string): GatewayError {
-  return new GatewayError('rate_limit_exceeded', { message });
+  return new GatewayError('rate_limit_exceeded', { message, headers: { connection: 'close' } });
 }
 
 function mib(bytes: number): string {

@@ -13,8 +13,8 @@ const ROOT = join(import.meta.dirname, '../..');
 /**
  * The layers, deepest first. A module may import its own rank or any deeper one. Why each sits
  * where it does:
- * - leaves: plain data and helpers that import nothing of sluice (errors, config, the body scan, the
- *   thinking budget rules). The simulated router is its own world: it imports none of the gateway.
+ * - leaves: plain data and helpers that import nothing of sluice but the error catalogue (errors,
+ *   config, the body scan, the thinking budget rules, the paid extras, the room for bodies arriving). The simulated router is its own world: it imports none of the gateway.
  * - store and counters: the two backings; the store keeps the rollups in the insert's transaction.
  * - recorder: rows queued for the store.
  * - budget, the router side (catalog, lib/upstream: ring 1's loops use the budget).
@@ -25,7 +25,7 @@ const ROOT = join(import.meta.dirname, '../..');
  * - handler: one request; server: the wiring; cli: the commands.
  */
 export const RANKS: Array<[rank: number, prefixes: string[]]> = [
-  [0, ['lib/errors.ts', 'lib/log.ts', 'lib/config.ts', 'lib/keys.ts', 'lib/json-scan.ts', 'lib/request-body.ts', 'lib/client-ip.ts', 'lib/thinking-budget.ts', 'lib/sim/']],
+  [0, ['lib/errors.ts', 'lib/log.ts', 'lib/config.ts', 'lib/keys.ts', 'lib/json-scan.ts', 'lib/request-body.ts', 'lib/client-ip.ts', 'lib/thinking-budget.ts', 'lib/paid-extras.ts', 'lib/intake.ts', 'lib/sim/']],
   [1, ['lib/store/', 'lib/counters/']],
   [2, ['lib/recorder.ts']],
   [3, ['lib/budget.ts', 'lib/upstream/', 'lib/catalog.ts']],

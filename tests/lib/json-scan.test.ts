@@ -157,7 +157,10 @@ t.test('encodeBody: untouched members keep their bytes; changes are spliced', as
   const big = JSON.stringify({ role: 'user', content: 'é "quoted" \\ '.repeat(100) });
   const text = `{"model":"sluice/fast", "messages":[${big}], "max_tokens":99999,"a":1,"a":2,"meta":{"k":1}}`;
   const b = body(text);
-  t.equal(Buffer.concat(encodeBody(b)).toString(), text.replace(', "messages"', ',"messages"').replace(', "max_tokens"', ',"max_tokens"'), 'nothing changed: every member as it was');
+  t.equal(Buffer.concat(encodeBody(b)).toString(), text.replace(', "messages"', ',"messages"').replace(', "max_tokens"', ',"max_tokens"').replace('"a":1,', ''),
+    'nothing changed: every member as it was, a name given twice sent once with its last value');
+  const twice = body('{"model":"m","max_tokens":5,"model":"m"}');
+  t.equal(Buffer.concat(encodeBody(twice)).toString(), '{"max_tokens":5,"model":"m"}', 'an unchanged duplicate is sent once too');
   b.model = 'google/gemini-2.5-flash';
   b.max_tokens = 2048;
   b.models = ['x/y'];

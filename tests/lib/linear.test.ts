@@ -4,7 +4,7 @@
 // grew ×100). Each figure is the best of five runs, so a busy machine slows both sizes alike;
 // a pass that stays under a millisecond at ×10 passes whatever its ratio.
 
-import t from 'tap';
+import t, { type Test } from 'tap';
 import type { Ctx } from '../../lib/context.ts';
 import { label } from '../../lib/end-user.ts';
 import { scanJson } from '../../lib/json-scan.ts';
@@ -36,7 +36,6 @@ function grows(t: Test, what: string, n: number, make: (n: number) => () => unkn
   // A pass of under a millisecond is within the timer's and the scheduler's noise: it passes.
   t.ok(large < Math.max(small * GROWTH, 1), `${what}: ×10 the size took ×${(large / small).toFixed(1)} the time (${small.toFixed(2)} → ${large.toFixed(2)} ms)`);
 }
-type Test = Parameters<Parameters<typeof t.test>[1]>[0];
 
 /** What read-body and the messages sanitizer do with a body, then its encoding upstream. */
 function throughMessages(raw: Buffer): Buffer[] {
