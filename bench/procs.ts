@@ -89,7 +89,8 @@ export function serveNodeFlags(): string[] {
 export async function startSluice(sim: Proc, o: { nodeFlags?: string[]; env?: NodeJS.ProcessEnv; logLevel?: string } = {}): Promise<Sluice> {
   const configDir = benchConfig(sim.origin, 'fast');
   const dataDir = tempDir('data');
-  const env: NodeJS.ProcessEnv = { ...process.env, ...o.env, SLUICE_DATA_DIR: dataDir, SLUICE_UPSTREAM_KEY_BENCHMARK: UPSTREAM_KEY, SLUICE_LOG_LEVEL: o.logLevel ?? 'warn' };
+  // Loopback is the front proxy here (as docs/configuration.md says to set it behind one on the host).
+  const env: NodeJS.ProcessEnv = { SLUICE_TRUSTED_PROXIES: '127.0.0.1', ...process.env, ...o.env, SLUICE_DATA_DIR: dataDir, SLUICE_UPSTREAM_KEY_BENCHMARK: UPSTREAM_KEY, SLUICE_LOG_LEVEL: o.logLevel ?? 'warn' };
   for (const k of ['SLUICE_DATABASE_URL', 'SLUICE_REDIS_URL', 'SLUICE_CONFIG_DIR']) delete env[k];
   const mint = run(['cli/sluice.ts', 'keys', 'create', '--profile', 'benchmark', '--name', 'bench', '--config', configDir], env);
   const [code] = await once(mint.proc, 'exit');

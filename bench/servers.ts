@@ -143,7 +143,9 @@ export async function startFloor(sim: Server): Promise<Server> {
 }
 
 function sluiceEnv(dataDir: string, databaseUrl?: string): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...process.env, SLUICE_DATA_DIR: dataDir, SLUICE_UPSTREAM_KEY_BENCHMARK: UPSTREAM_KEY, SLUICE_LOG_LEVEL: 'warn' };
+  // The load generators stand in for a fleet behind a front proxy on this host: loopback is trusted
+  // (its X-Forwarded-For believed, its connections free of the per-address cap), as docs/configuration.md says to set it.
+  const env: NodeJS.ProcessEnv = { ...process.env, SLUICE_DATA_DIR: dataDir, SLUICE_UPSTREAM_KEY_BENCHMARK: UPSTREAM_KEY, SLUICE_LOG_LEVEL: 'warn', SLUICE_TRUSTED_PROXIES: '127.0.0.1' };
   delete env.SLUICE_DATABASE_URL;
   delete env.SLUICE_REDIS_URL;
   delete env.SLUICE_CONFIG_DIR;

@@ -153,6 +153,12 @@ const cli = yargs(hideBin(process.argv))
       `# base_url = "${base}/v1"`,
       '# env_key = "SLUICE_KEY"',
       '# wire_api = "responses"',
+      // The server side of a front proxy, which no client setting can fix (docs/configuration.md).
+      '# On the sluice server behind a front proxy: name the proxy, or every client counts as its address',
+      '# (IP block, key allowlists). Nothing is trusted by default. nginx or Caddy on the server itself,',
+      '# proxying to 127.0.0.1:8080: SLUICE_TRUSTED_PROXIES=127.0.0.1 in the server\'s environment;',
+      '# nginx also needs: proxy_set_header X-Forwarded-For $remote_addr;',
+      '# Caddy\'s reverse_proxy sets X-Forwarded-For by default. A proxy elsewhere: its address instead.',
       '',
     ].join('\n'));
   })

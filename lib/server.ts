@@ -1,12 +1,13 @@
 // The gateway's wiring and lifecycle: builds the dependencies, the plugin chain of each route
 // (plugins/index.ts, resolved once), the proxy core (lib/proxy/) and the board, and puts the
-// per-request handler (lib/handler.ts) behind a minimal node:http server. Shutdown stops
+// per-request handler (lib/handler.ts) behind a minimal node:http server with its connection
+// bounds (caps per client address and in all, the header and keep-alive timeouts). Shutdown stops
 // accepting, lets open streams finish within a grace period, flushes every row and closes.
 // Nothing here runs per request.
 
 import { readFileSync } from 'node:fs';
 import http, { type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, BlockList } from 'node:net';
 import type { Logger } from 'pino';
 import { createPlugins } from '../plugins/index.ts';
 import { countAuthFailure } from '../plugins/ip-block.ts';
@@ -16,8 +17,8 @@ import { retentionDays, startMaintenance } from './board/retention.ts'; // board
 import { createMetrics } from './board/metrics.ts';
 import { Budget } from './budget.ts';
 import { Catalog } from './catalog.ts';
-import { compileIpList } from './client-ip.ts';
-import { upstreamKeyVar, type Config } from './config.ts';
+import { canonicalIp, compileIpList, inList, ipBlockBucket } from './client-ip.ts';
+import { ConfigError, upstreamKeyVar, type Config } from './config.ts';
 import type { Plugin } from './context.ts';
 import type { Counters } from './counters/counters.ts';
 import type { Deps } from './deps.ts';
@@ -44,7 +45,29 @@ export interface GatewayOptions {
   keyCacheTtlMs?: number;
   /** Load the router catalog at start-up (tests that need no catalog may skip the fetch). */
   loadCatalog?: boolean;
+  /** The connection bounds; each one left out takes its default (CONNECTION_DEFAULTS). */
+  connections?: Partial<ConnectionLimits>;
 }
+
+export interface ConnectionLimits {
+  /** Open connections in all; one more is closed at once (0: no cap). */
+  maxConnections: number;
+  /** Open connections per client socket address, IPv6 per /64; trusted proxies are exempt (0: no cap). */
+  maxPerAddress: number;
+  /** Longest wait for a request's complete header block, from the connection's first moment on. */
+  headersTimeoutMs: number;
+  /** How long an idle kept-alive connection stays open between requests. */
+  keepAliveTimeoutMs: number;
+}
+
+/**
+ * The defaults: room for a large agent fleet (each open stream also holds an upstream socket, so
+ * 16,384 connections need ~33,000 of the unit's 65,536 file descriptors), 256 per address, headers
+ * within 10 s (a client sends its header block at once; only a slowloris trickles), and an idle
+ * timeout above nginx's upstream keepalive_timeout (60 s) so nginx never reuses a connection sluice
+ * is closing. None of them ends a request already under way: a slow stream runs on.
+ */
+export const CONNECTION_DEFAULTS: ConnectionLimits = { maxConnections: 16_384, maxPerAddress: 256, headersTimeoutMs: 10_000, keepAliveTimeoutMs: 65_000 };
 
 /** Pending connections the kernel may queue for accept() (capped by net.core.somaxconn). */
 export const LISTEN_BACKLOG = 4096;
@@ -54,7 +77,7 @@ export async function createGateway(opts: GatewayOptions) {
   const env = opts.env ?? process.env;
   const now = opts.now ?? Date.now;
   const upstreamKeys = upstreamKeysFrom(config, env, log);
-  const trustedProxies = compileIpList((env.SLUICE_TRUSTED_PROXIES ?? '127.0.0.1/8,::1').split(','));
+  const trustedProxies = trustedProxiesFrom(env);
   const retention = retentionDays(env); // board: SLUICE_REQUEST_RETENTION_DAYS, checked before anything starts
   const catalog = new Catalog({ routers: config.routers.values(), log });
   if (opts.loadCatalog !== false) await catalog.start();
@@ -93,17 +116,21 @@ export async function createGateway(opts: GatewayOptions) {
   const proxy = createProxy({ log, config, catalog, now, record, upstreamTimeoutMs: opts.upstreamTimeoutMs ?? 300_000 });
   const modelsBody = Buffer.from(JSON.stringify(modelList(config)));
   const started = Date.now();
-  /** `GET /health?details`: what an operator checks when something degrades. */
+  // rows merely queued are normal
+  const status = () => (counters.degraded || recorder.storeDown ? 'degraded' : 'ok');
+  const limits: ConnectionLimits = { ...CONNECTION_DEFAULTS, ...opts.connections };
+  const refused = { per_address: 0, global: 0 };
+  /** The board's `GET /api/health` (and its summary): what an operator checks when something degrades. */
   function health() {
-    const degraded = counters.degraded || recorder.storeDown; // rows merely queued are normal
     return {
-      status: degraded ? 'degraded' : 'ok',
+      status: status(),
       version: VERSION,
       uptime_s: Math.round((Date.now() - started) / 1000),
       store: { kind: store.kind, reachable: !recorder.storeDown, rows_written: recorder.written, rows_pending: recorder.pending },
       counters: { kind: counters.kind, degraded: counters.degraded },
       catalog: Object.fromEntries([...config.routers.keys()].map((r) => [r, { refreshed_at: catalog.refreshedAt.get(r) ?? null }])),
       in_flight: handler.inFlight,
+      connections: { max: limits.maxConnections, max_per_address: limits.maxPerAddress, refused: { ...refused } },
       ...upstream.health(), // ring 1: reconcile counts, last usage snapshot per profile
     };
   }
@@ -115,9 +142,17 @@ export async function createGateway(opts: GatewayOptions) {
   const board = createBoard({ deps, store, health, startedAt: started, metrics, maintenance, version: VERSION, env });
 
   const handler = createHandler({
-    routes, operatorRoutes: board.routes, health, forward: proxy.forward, metrics, trustedProxies, modelsBody, log,
+    routes, operatorRoutes: board.routes, status, forward: proxy.forward, metrics, trustedProxies, modelsBody, log,
   });
-  const server = createHttpServer(handler.listener);
+  let loggedAt = -Infinity;
+  const server = createHttpServer(handler.listener, limits, trustedProxies, (reason) => {
+    refused[reason]++;
+    metrics.connectionRefused(reason);
+    // At most one line a minute, however hard a client pushes; the metric has every count.
+    if (Date.now() - loggedAt < 60_000) return;
+    loggedAt = Date.now();
+    log.warn({ reason, refused: { ...refused }, max: limits.maxConnections, max_per_address: limits.maxPerAddress }, 'connection refused: over a connection cap');
+  });
 
   const reconcile = setInterval(() => {
     budget.reconcile(config.profiles.keys()).catch((err) => log.warn({ err: err.message }, 'budget reconciliation failed'));
@@ -206,9 +241,51 @@ function routeTable(plugins: Plugin[]): Map<string, RouteDef & { chain: Plugin[]
   return routes;
 }
 
-/** The node:http server with its timeouts and its answer to malformed HTTP. */
-function createHttpServer(listener: http.RequestListener): http.Server {
-  const server = http.createServer({ requestTimeout: 120_000, headersTimeout: 30_000, keepAliveTimeout: 65_000 }, listener);
+/** SLUICE_TRUSTED_PROXIES: the peers whose X-Forwarded-For is believed; unset or empty trusts none. */
+function trustedProxiesFrom(env: NodeJS.ProcessEnv): BlockList {
+  try {
+    return compileIpList((env.SLUICE_TRUSTED_PROXIES ?? '').split(','));
+  } catch (err) {
+    throw new ConfigError([`SLUICE_TRUSTED_PROXIES: ${(err as Error).message}`]);
+  }
+}
+
+/**
+ * The node:http server with its connection bounds and its answer to malformed HTTP. A connection
+ * over a cap is closed at once, before a byte is read (the global cap is node's maxConnections,
+ * which does the same), and reported through `refused`. Node applies headersTimeout from the
+ * moment a connection opens, so one that sends nothing and one that trickles its headers are both
+ * answered 408 and closed; its check runs every connectionsCheckingInterval, which is kept short.
+ */
+function createHttpServer(listener: http.RequestListener, limits: ConnectionLimits, trusted: BlockList, refused: (reason: 'per_address' | 'global') => void): http.Server {
+  const server = http.createServer({
+    requestTimeout: Math.max(120_000, limits.headersTimeoutMs),
+    headersTimeout: limits.headersTimeoutMs,
+    connectionsCheckingInterval: Math.min(1000, Math.max(50, Math.round(limits.headersTimeoutMs / 4))),
+    keepAliveTimeout: limits.keepAliveTimeoutMs,
+  }, listener);
+  if (limits.maxConnections > 0) server.maxConnections = limits.maxConnections;
+  server.on('drop', () => refused('global'));
+  if (limits.maxPerAddress > 0) {
+    const open = new Map<string, number>();
+    server.on('connection', (socket) => {
+      const peer = canonicalIp(socket.remoteAddress ?? '') ?? '';
+      if (inList(trusted, peer)) return; // every client behind a trusted proxy arrives from its address
+      const bucket = ipBlockBucket(peer);
+      const n = open.get(bucket) ?? 0;
+      if (n >= limits.maxPerAddress) {
+        refused('per_address');
+        socket.destroy();
+        return;
+      }
+      open.set(bucket, n + 1);
+      socket.once('close', () => {
+        const left = open.get(bucket)! - 1;
+        if (left === 0) open.delete(bucket);
+        else open.set(bucket, left);
+      });
+    });
+  }
   server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
     // Malformed HTTP (bad request line, huge headers, a slow header block): answer plainly and
     // close; never crash. As Node's own handler does, write nothing when a response on this socket

@@ -1,6 +1,6 @@
-// The operator's surfaces: the board page (`GET /`), its JSON summary (`GET /api/summary`) and the
-// Prometheus metrics (`GET /metrics`). None needs a client key: the front reverse proxy puts basic
-// auth on these paths (docs/operation.md, "Behind the front proxy"). Built once at start-up by the server;
+// The operator's surfaces: the board page (`GET /`), its JSON summary (`GET /api/summary`), the
+// gateway's health details (`GET /api/health`) and the Prometheus metrics (`GET /metrics`). None
+// needs a client key: the front reverse proxy puts basic auth on these paths (docs/operation.md, "Behind the front proxy"). Built once at start-up by the server;
 // it never writes to the request path and never shows a secret or a prompt.
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -15,7 +15,7 @@ import type { Summary } from './types.ts'; // summary
 export interface BoardOptions {
   deps: Deps;
   store: Store;
-  /** What `GET /health?details` shows (store, counters, catalog, in-flight). */
+  /** What `GET /api/health` shows (store, counters, catalog, in-flight, connections, ring 1). */
   health: () => Record<string, unknown>;
   /** performance-independent wall clock of the process start (ms since the epoch). */
   startedAt: number;
@@ -42,6 +42,7 @@ export function createBoard(opts: BoardOptions): Board {
   const closers: Array<() => void> = [];
   void opts;
   routes.set('/metrics', metricsRoute(opts.metrics));
+  routes.set('/api/health', healthRoute(opts.health));
   // summary: one function computes the object both '/api/summary' and '/' show (lib/board/summary.ts)
   const summary = summaryFunction(opts);
   routes.set('/api/summary', summaryRoute(summary, opts.deps.log));
@@ -69,6 +70,14 @@ export function summaryFunction(opts: BoardOptions): () => Promise<Summary> {
     maintenance: () => opts.maintenance?.state() ?? { backfill_done: true, backfill_rows: 0, retention_days: null, retention_deleted: 0 },
     driftUsd: raw?.trim() && Number.isFinite(drift) && drift >= 0 ? drift : DRIFT_USD,
   });
+}
+
+/** `GET /api/health`: the server's health details as JSON, never cached (`/health` says only ok or degraded). */
+function healthRoute(health: () => Record<string, unknown>): BoardHandler {
+  return (req, res) => {
+    const body = req.method === 'HEAD' ? undefined : JSON.stringify(health());
+    res.writeHead(200, { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' }).end(body);
+  };
 }
 
 /** `GET /api/summary`: the summary as JSON, never cached; a store failure answers 503, logged. */

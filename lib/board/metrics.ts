@@ -68,6 +68,8 @@ export function createMetrics(src: MetricsSources) {
   const duration = new HistogramFamily({ name: 'sluice_request_duration_seconds', help: 'Time from the request to the end of its response.', labelNames: ['route', 'tier'], buckets: DURATION_BUCKETS, registry });
   const authFailures = new Counter({ name: 'sluice_auth_failures_total', help: 'Authentication failures (auth chain steps 2-5), by outcome.', labelNames: ['outcome'], registers });
   for (const o of AUTH_OUTCOMES) authFailures.labels(o).inc(0);
+  const connectionsRefused = new Counter({ name: 'sluice_connections_refused_total', help: 'Connections closed on arrival because a connection cap was reached, by cap: per_address or global.', labelNames: ['cap'], registers });
+  for (const c of ['per_address', 'global']) connectionsRefused.labels(c).inc(0);
   const refusals = new Counter({ name: 'sluice_refusals_total', help: "Requests sluice answered with its own error (ip_blocked, rate_limit_exceeded, budget_exhausted, ...), by route, profile and code.", labelNames: ['route', 'profile', 'code'], registers });
 
   const spendRatio = new Gauge({ name: 'sluice_budget_spend_ratio', help: "Spend over budget (1 = the budget), per profile and window.", labelNames: ['profile', 'window'], registers });
@@ -162,6 +164,10 @@ export function createMetrics(src: MetricsSources) {
     /** sluice answered with its own error (the server renders it). */
     refusal(route: string | undefined, profile: string | undefined, code: ErrorCode): void {
       refusals.labels(route && ROUTES.has(route) ? route : 'other', profile ? profileLabel(profile) : 'none', code).inc();
+    },
+    /** A connection closed on arrival: its address (or the whole server) was at a connection cap. */
+    connectionRefused(cap: 'per_address' | 'global'): void {
+      connectionsRefused.labels(cap).inc();
     },
     /** Counts a streamed response as open until its connection closes. */
     trackStream(res: ServerResponse): void {

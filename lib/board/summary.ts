@@ -23,7 +23,7 @@ export interface SummaryDeps {
   catalog: Pick<Catalog, 'prices'>;
   counters: Counters;
   keyCacheSize: () => number;
-  /** The server's `GET /health?details` record. */
+  /** The server's health record (what `GET /api/health` shows). */
   health: () => Record<string, unknown>;
   /** Backfill and retention progress (lib/board/retention.ts). */
   maintenance: () => T.Health['rollups'];

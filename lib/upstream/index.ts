@@ -1,7 +1,7 @@
 // Ring 1 inside the server: the usage refresh loop (GET /api/v1/key per profile into
 // usage_snapshots, drift logged once per day and profile) and the cost reconciliation loop, both
 // on the shared Loop scheduler, off the request path. Also reads their settings from the
-// environment and keeps what /health?details shows about them (cached: /health never waits on them).
+// environment and keeps what the board's /api/health shows about them (cached: it never waits on them).
 
 import type { Logger } from 'pino';
 import type { Budget } from '../budget.ts';
@@ -126,7 +126,7 @@ export function createUpstreamLoops(o: UpstreamLoopsOptions) {
       usageLoop?.start();
       reconcileLoop?.start();
     },
-    /** For /health?details. */
+    /** For the board's /api/health. */
     health() {
       return {
         reconcile: { ...counts },

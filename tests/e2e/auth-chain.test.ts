@@ -26,6 +26,8 @@ type Refusal = 'invalid_api_key' | 'ip_not_allowed' | 'profile_removed' | 'upstr
 
 const DIALECTS: Dialect[] = ['chat', 'messages'];
 const STORES = ['sqlite', 'postgres'] as const;
+/** sluice behind a front proxy on loopback: client addresses arrive as X-Forwarded-For from 127.0.0.0/8. */
+const BEHIND_PROXY = { SLUICE_TRUSTED_PROXIES: '127.0.0.1/8,::1' };
 
 /** The error types of CONTRACT §5, written out here so a wrong catalogue entry fails. */
 const TYPES: Record<Refusal, { status: number; messages: string; chat: string }> = {
@@ -156,7 +158,7 @@ const MALFORMED = (valid: string): string[] => [
 
 for (const storeKind of STORES) {
   t.test(`${storeKind}: missing, malformed, unknown, revoked and expired keys share one 401`, async (t) => {
-    const h = await startHarness(t, { store: storeKind });
+    const h = await startHarness(t, { store: storeKind, env: BEHIND_PROXY });
     const s = tap(h.store);
     const valid = await h.key('dev');
     for (const dialect of DIALECTS) {
@@ -210,7 +212,7 @@ for (const storeKind of STORES) {
   });
 
   t.test(`${storeKind}: the key lookup cache`, async (t) => {
-    const h = await startHarness(t, { store: storeKind, clockStart: Date.UTC(2031, 4, 10, 12) });
+    const h = await startHarness(t, { store: storeKind, clockStart: Date.UTC(2031, 4, 10, 12), env: BEHIND_PROXY });
     const s = tap(h.store);
     const valid = await h.key('dev');
     // Malformed keys never reach the store.
@@ -252,7 +254,7 @@ for (const storeKind of STORES) {
   });
 
   t.test(`${storeKind}: revocation and expiry take effect within 60 s`, async (t) => {
-    const h = await startHarness(t, { store: storeKind, clockStart: Date.UTC(2031, 4, 10, 12) });
+    const h = await startHarness(t, { store: storeKind, clockStart: Date.UTC(2031, 4, 10, 12), env: BEHIND_PROXY });
     const s = tap(h.store);
     const key = await h.key('dev', { name: 'rev' });
     for (const dialect of DIALECTS) await served(t, h, dialect, { key });
@@ -292,7 +294,7 @@ for (const storeKind of STORES) {
   });
 
   t.test(`${storeKind}: IP allowlists behind the trusted loopback proxy`, async (t) => {
-    const h = await startHarness(t, { store: storeKind });
+    const h = await startHarness(t, { store: storeKind, env: BEHIND_PROXY });
     const s = tap(h.store);
     const lists: Array<{ ip: string[]; inside: string[]; outside: string[] }> = [
       { ip: ['203.0.113.5'], inside: ['203.0.113.5'], outside: ['203.0.113.6', '2001:db8::5'] },
@@ -341,7 +343,7 @@ for (const storeKind of STORES) {
   });
 
   t.test(`${storeKind}: profile removed (403) and upstream key missing (503), unaudited`, async (t) => {
-    const h = await startHarness(t, { store: storeKind });
+    const h = await startHarness(t, { store: storeKind, env: BEHIND_PROXY });
     const s = tap(h.store);
     const counters = h.gateway.deps.counters;
     const ghost = await storeKey(h.store, 'ghost');
@@ -357,7 +359,7 @@ for (const storeKind of STORES) {
     t.teardown(() => counters2.close());
     const second = await createGateway({
       config: loadConfig(dir), store: h.store, counters: counters2, log: createLogger('silent'), dataDir: h.dataDir,
-      env: { SLUICE_UPSTREAM_KEY_DEV: UPSTREAM_KEYS.dev, SLUICE_UPSTREAM_KEY_ASSISTANT: UPSTREAM_KEYS.assistant },
+      env: { ...BEHIND_PROXY, SLUICE_UPSTREAM_KEY_DEV: UPSTREAM_KEYS.dev, SLUICE_UPSTREAM_KEY_ASSISTANT: UPSTREAM_KEYS.assistant },
       now: () => h.clock.now, loadCatalog: false,
     });
     const addr = await second.listen('127.0.0.1', 0);
@@ -385,7 +387,7 @@ for (const storeKind of STORES) {
   });
 
   t.test(`${storeKind}: the chain runs in order`, async (t) => {
-    const h = await startHarness(t, { store: storeKind, clockStart: Date.UTC(2031, 4, 10, 12) });
+    const h = await startHarness(t, { store: storeKind, clockStart: Date.UTC(2031, 4, 10, 12), env: BEHIND_PROXY });
     const s = tap(h.store);
     const valid = await h.key('dev');
     // Step 1 before everything: a blocked address gets 429 even with a valid key.

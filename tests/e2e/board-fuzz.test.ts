@@ -23,7 +23,7 @@ const paths = fc.oneof(
   fc.constantFrom(
     '//', '/api/summary/', '/metrics/', '/api', '/api/', '/api/summary.json', '/METRICS', '/Api/Summary',
     '/%2e', '/%2F', '/%2fmetrics', '/./metrics', '/api/../metrics', '/index.html', '/favicon.ico', '/metrics;x', '/api/summary%00', '/%00',
-    '/api/summary/..', '/health', '/health?details', '*',
+    '/api/summary/..', '/health', '/health?details', '/api/health', '/api/health/', '*',
   ),
 );
 const query = fc.oneof(

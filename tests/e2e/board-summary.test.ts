@@ -29,7 +29,7 @@ async function summaryWhen(h: Harness, ok: (s: Summary) => boolean): Promise<Sum
 
 for (const store of ['sqlite', 'postgres'] as const) {
   t.test(`${store}: the summary after real traffic`, async (t) => {
-    const h = await startHarness(t, { store });
+    const h = await startHarness(t, { store, env: { SLUICE_TRUSTED_PROXIES: '127.0.0.1' } }); // client addresses as X-Forwarded-For from loopback
     const key = await h.key('dev');
     const chat = (body: object, headers: Record<string, string> = {}) => fetch(`${h.url}/v1/chat/completions`, {
       method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers }, body: JSON.stringify(body),

@@ -55,7 +55,8 @@ const LIMITED = `  limited:
     budget: { daily_usd: 100, monthly_usd: 1000 }
     rate_limits: { per_key_per_minute: 2, per_user_per_minute: 100 }
 `;
-const LIMITED_ENV = { SLUICE_UPSTREAM_KEY_LIMITED: 'sk-or-x' };
+// SLUICE_TRUSTED_PROXIES: a front proxy on loopback, so the IP-block row can name its client as X-Forwarded-For.
+const LIMITED_ENV = { SLUICE_UPSTREAM_KEY_LIMITED: 'sk-or-x', SLUICE_TRUSTED_PROXIES: '127.0.0.1' };
 
 interface Reply { status: number; headers: Headers; json: any }
 

@@ -54,7 +54,7 @@ t.test('Redis unreachable: requests flow on in-process limits, logged once, and 
   t.equal(smallAnswers[3].headers.get('retry-after'), '5');
 
   const health = await A.health();
-  t.equal(health.counters.degraded, true, '/health?details shows the counters degraded');
+  t.equal(health.counters.degraded, true, '/api/health shows the counters degraded');
   t.equal(health.status, 'degraded');
   t.same(await plainHealth(A), { status: 200, text: 'ok' }, 'the plain /health still says ok');
   t.equal(A.lines.filter(isMsg(REDIS_DOWN)).length, 1, 'the outage is logged once, not per request');

@@ -481,7 +481,7 @@ t.test('a body that never finishes: 408 in the dialect, the connection freed, ot
     }
   }
   t.equal(s.h.sim.received.length, before + 3 * DIALECTS.length, 'only the valid requests went upstream');
-  const health = (await (await fetch(`${s.h.url}/health?details`)).json()) as { in_flight: number };
+  const health = (await (await fetch(`${s.h.url}/api/health`)).json()) as { in_flight: number };
   t.equal(health.in_flight, 1, 'no stalled request is still held (only this one)');
   await stillServes(t, s);
 });
@@ -510,7 +510,7 @@ t.test('a client that closes mid-body: no crash, nothing upstream, no row', asyn
     }
   }
   t.equal(s.h.sim.received.length, before, 'nothing upstream');
-  const health = (await (await fetch(`${s.h.url}/health?details`)).json()) as { in_flight: number };
+  const health = (await (await fetch(`${s.h.url}/api/health`)).json()) as { in_flight: number };
   t.equal(health.in_flight, 1, 'no abandoned request is still held');
   await stillServes(t, s);
   await s.h.rows(DIALECTS.length);

@@ -15,6 +15,8 @@ import { readReply, trackAudits, type Reply } from '../helpers/upstream.ts';
 
 type Dialect = 'chat' | 'messages';
 const STORES = ['sqlite', 'postgres'] as const;
+/** sluice behind a front proxy on loopback: client addresses arrive as X-Forwarded-For from 127.0.0.1. */
+const BEHIND_PROXY = { SLUICE_TRUSTED_PROXIES: '127.0.0.1' };
 
 const ROUTES: Array<{ path: string; dialect: Dialect }> = [
   { path: '/v1/chat/completions', dialect: 'chat' },
@@ -89,7 +91,7 @@ for (const storeKind of STORES) {
   t.test(`${storeKind}: 20 failures from one address block it, 19 do not`, async (t) => {
     const counters = new MemoryCounters();
     t.teardown(() => counters.close());
-    const h = await startHarness(t, { store: storeKind, counters });
+    const h = await startHarness(t, { store: storeKind, counters, env: BEHIND_PROXY });
     const audit = auditOf(h.store);
     const key = await h.key('dev');
     const ip = '203.0.113.7';
@@ -113,12 +115,12 @@ for (const storeKind of STORES) {
     t.equal(r.status, 401, 'another address still gets its 401');
 
     // A second gateway on the same Counters (as processes on one Redis) refuses the address too.
-    const h2 = await startHarness(t, { store: storeKind, counters });
+    const h2 = await startHarness(t, { store: storeKind, counters, env: BEHIND_PROXY });
     await isBlocked(t, h2, await h2.key('dev'), ip);
   });
 
   t.test(`${storeKind}: IPv6 addresses count per /64`, async (t) => {
-    const h = await startHarness(t, { store: storeKind });
+    const h = await startHarness(t, { store: storeKind, env: BEHIND_PROXY });
     const key = await h.key('dev');
     // Twenty failures spread over one /64, written in several forms.
     const net = ['2001:db8:1:2::a', '2001:db8:1:2:ffff::1', '2001:0db8:0001:0002:0000:0000:0000:0009', '2001:DB8:1:2:1:2:3:4'];

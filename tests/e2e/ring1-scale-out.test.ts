@@ -1,7 +1,7 @@
 // Cost reconciliation across two real `sluice serve` processes on one Postgres and one Redis: a
 // client leaves a stream on A, the router holds the generation's record back for a few seconds,
 // both processes look it up, and the row ends with the router's cost while the shared budget
-// counter in Redis moves by the difference exactly once. Also: /health?details on both.
+// counter in Redis moves by the difference exactly once. Also: /api/health on both.
 
 import t from 'tap';
 import { micro, windows } from '../../lib/budget.ts';

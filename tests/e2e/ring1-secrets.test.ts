@@ -1,6 +1,6 @@
 // Ring 1's secret scan: the provisioning key and every upstream key appear nowhere but in the env
 // file and in the upstream requests themselves: not in any CLI output (success or failure), the
-// gateway's logs, any table of either store (SQLite file bytes included), /health?details, or the
+// gateway's logs, any table of either store (SQLite file bytes included), /api/health, or the
 // board (/, /api/summary, /metrics).
 
 import { spawn } from 'node:child_process';
@@ -59,7 +59,7 @@ t.test('no provisioning or upstream key leaks from any ring-1 path', async (t) =
   sim.setFault('key', { status: 401 });
   await A.waitForLine((l) => l.msg === 'usage refresh: failed for this profile' || l.msg === 'usage refresh: failing; retrying with backoff (logged once until it works again)');
   sim.setFault('key', null);
-  const healthBody = await (await fetch(`${A.url}/health?details`)).text();
+  const healthBody = await (await fetch(`${A.url}/api/health`)).text();
   // The operator's surfaces show the snapshots and reconciliation counts: never a key.
   const operator: Record<string, string> = {};
   for (const path of ['/', '/api/summary', '/metrics']) {
@@ -100,7 +100,7 @@ t.test('no provisioning or upstream key leaks from any ring-1 path', async (t) =
     'CLI output': outputs.join('\n'),
     'gateway log': JSON.stringify(A.lines) + A.stderr(),
     'Postgres tables': dump.join('\n'),
-    '/health?details': healthBody,
+    '/api/health': healthBody,
     ...operator,
     ...Object.fromEntries(files.map((f) => [`file ${f}`, readFileSync(f)])),
   };

@@ -24,7 +24,7 @@ function filesUnder(dir: string): string[] {
 
 for (const storeKind of ['sqlite', 'postgres'] as const) {
   t.test(`${storeKind}: no key leaks anywhere`, async (t) => {
-    const h: Harness = await startHarness(t, { store: storeKind });
+    const h: Harness = await startHarness(t, { store: storeKind, env: { SLUICE_TRUSTED_PROXIES: '127.0.0.1' } }); // client addresses as X-Forwarded-For from loopback
     const auditsWritten = trackAudits(h.store);
     const seen: Seen[] = [];
     /** Every string presented as a client key during the session. */

@@ -66,7 +66,7 @@ export interface GatewayProcess {
   stderr(): string;
   /** The first line (from index `from`) matching `pred`, waiting for it when not there yet. */
   waitForLine(pred: (l: LogLine) => boolean, opts?: { from?: number; timeoutMs?: number }): Promise<LogLine>;
-  /** `GET /health?details`, parsed. */
+  /** The board's `GET /api/health` (the health details), parsed. */
   health(): Promise<Health>;
   /** Resolves with how the process ended. */
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
@@ -156,6 +156,8 @@ export async function startBackings(t: Test, opts: { extraProfiles?: string } = 
     SLUICE_DATABASE_URL: relayed.toString(),
     SLUICE_LOG_LEVEL: 'info',
     SLUICE_KEY_CACHE_TTL_S: '1',
+    // The tests play a front proxy on loopback: client addresses arrive as X-Forwarded-For.
+    SLUICE_TRUSTED_PROXIES: '127.0.0.1',
     SLUICE_SHUTDOWN_GRACE_S: '2',
     SLUICE_UPSTREAM_KEY_DEV: UPSTREAM_KEYS.dev,
     SLUICE_UPSTREAM_KEY_ASSISTANT: UPSTREAM_KEYS.assistant,
@@ -239,7 +241,7 @@ function watch(child: ChildProcess, dataDir: string): GatewayProcess {
       }
     },
     async health() {
-      const res = await fetch(`${proc.url}/health?details`);
+      const res = await fetch(`${proc.url}/api/health`);
       return (await res.json()) as Health;
     },
     exited,

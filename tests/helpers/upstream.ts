@@ -124,6 +124,6 @@ const ROOMY = `  roomy:
 
 /** A harness with the roomy profile added, a key of it, and the gateway's port. */
 export async function roomyHarness(t: Test, opts: HarnessOptions = {}): Promise<{ h: Harness; key: string; port: number }> {
-  const h = await startHarness(t, { extraProfiles: ROOMY, env: { SLUICE_UPSTREAM_KEY_ROOMY: 'sk-or-v1-roomyroomyroomyroomyroomyroomyroomyroomyroomyroomyroomy03' }, ...opts });
+  const h = await startHarness(t, { extraProfiles: ROOMY, ...opts, env: { SLUICE_UPSTREAM_KEY_ROOMY: 'sk-or-v1-roomyroomyroomyroomyroomyroomyroomyroomyroomyroomyroomy03', ...opts.env } });
   return { h, key: await h.key('roomy'), port: Number(new URL(h.url).port) };
 }

@@ -161,7 +161,7 @@ t.test('e2e: resolution, headers, fallbacks, cap and rows', async (t) => {
 
   await t.test('the catalog is loaded at start-up', async (t) => {
     t.ok(h.sim.received.some((r) => r.method === 'GET' && r.path === '/api/v1/models'), 'the sim served its catalog');
-    const health: any = await (await fetch(`${h.url}/health?details`)).json();
+    const health: any = await (await fetch(`${h.url}/api/health`)).json();
     t.type(health.catalog.sim.refreshed_at, 'string');
   });
 
