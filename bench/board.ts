@@ -15,11 +15,12 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { Writable } from 'node:stream';
 import postgres from 'postgres';
-import { BACKFILL_SLICE } from '../lib/board/retention.ts';
+import { BACKFILL_SLICE } from '../lib/store/upkeep.ts';
 import { loadConfig } from '../lib/config.ts';
 import { MemoryCounters } from '../lib/counters/memory.ts';
 import { createLogger } from '../lib/log.ts';
 import { createGateway } from '../lib/server.ts';
+import { readSettings } from '../lib/settings.ts';
 import { parseMigrations } from '../lib/store/migrations.ts';
 import { openStore } from '../lib/store/open.ts';
 
@@ -177,7 +178,7 @@ async function run(kind: string, n: number, shape: Shape): Promise<string> {
     const rollupS = (performance.now() - t0) / 1000;
     const counters = new MemoryCounters();
     const log = createLogger('error', new Writable({ write: (_c, _e, cb) => cb() }));
-    const gateway = await createGateway({ config: loadConfig(new URL('config', ROOT).pathname), store, counters, log, env: {}, dataDir: dir, loadCatalog: false });
+    const gateway = await createGateway({ config: loadConfig(new URL('config', ROOT).pathname), store, counters, log, settings: readSettings({}), dataDir: dir, loadCatalog: false });
     const addr = await gateway.listen('127.0.0.1', 0);
     try {
       const base = `http://127.0.0.1:${addr.port}`;

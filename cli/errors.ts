@@ -1,4 +1,4 @@
-// CLI failures with their exit codes (CONTRACT §8): 1 the operation failed, 2 bad usage,
+// CLI failures with their exit codes (docs/operation.md): 1 the operation failed, 2 bad usage,
 // 78 bad configuration. Commands throw these; cli/sluice.ts prints the message and exits.
 
 export class UsageError extends Error {

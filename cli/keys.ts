@@ -4,8 +4,8 @@
 
 import type { Config } from '../lib/config.ts';
 import { compileIpList } from '../lib/client-ip.ts';
-import { displayPrefix, generateKey, hashKey, parseKey } from '../lib/keys.ts';
-import { KeyConflictError, keyState, type NewKey, type Store } from '../lib/store/store.ts';
+import { displayPrefix, generateKey, hashKey, keyState, parseKey } from '../lib/keys.ts';
+import { KeyConflictError, type NewKey, type Store } from '../lib/store/store.ts';
 import { UsageError } from './errors.ts';
 
 /** Validates the options and mints a key, touching no store (so a bad call creates no database). */
@@ -46,10 +46,6 @@ export async function insertKey(store: Store, prepared: { key: string; row: NewK
     throw err;
   }
   return prepared.key;
-}
-
-export async function createKey(store: Store, config: Config, opts: { profile: string; name: string; expires?: string; ip?: string[] }, now = Date.now()): Promise<string> {
-  return insertKey(store, prepareKey(config, opts, now));
 }
 
 export async function listKeys(store: Store, profile: string | undefined, now = Date.now()) {

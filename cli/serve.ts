@@ -1,77 +1,52 @@
-// `sluice serve`: builds the gateway from configuration and environment (CONTRACT §2–3), listens,
-// and on SIGTERM or SIGINT stops accepting, lets open streams finish within a grace period,
-// flushes every row and exits 0; a second signal ends the grace period at once (rows still
-// flushed). Start-up problems with the configuration or a setting exit 78, naming what is wrong.
+// `sluice serve`: reads the settings once (lib/settings.ts) and the configuration, builds the
+// gateway from them, listens, and on SIGTERM or SIGINT stops accepting, lets open streams finish
+// within a grace period, flushes every row and exits 0; a second signal ends the grace period at
+// once (rows still flushed). Start-up problems with the configuration or the settings exit 78,
+// every problem listed, each naming what is wrong.
 
 import { resolve } from 'node:path';
 import { loadConfig } from '../lib/config.ts';
 import type { Counters } from '../lib/counters/counters.ts';
 import { MemoryCounters } from '../lib/counters/memory.ts';
 import { createLogger } from '../lib/log.ts';
-import { CONNECTION_DEFAULTS, createGateway, VERSION, type ConnectionLimits } from '../lib/server.ts';
+import { createGateway, VERSION } from '../lib/server.ts';
+import { hostPort, readSettings } from '../lib/settings.ts';
 import { openStore } from '../lib/store/open.ts';
 import { UsageError } from './errors.ts';
 
 export function parseListen(value: string): { host: string; port: number } {
-  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:\s]+)):(\d{1,5})$/.exec(value.trim());
-  const port = m ? Number(m[3]) : NaN;
-  if (!m || port > 65535) throw new UsageError(`--listen must be HOST:PORT (e.g. 127.0.0.1:8080 or [::1]:8080), got "${value}"`);
-  return { host: m[1] ?? m[2], port };
+  const hp = hostPort(value);
+  if (!hp) throw new UsageError(`--listen must be HOST:PORT (e.g. 127.0.0.1:8080 or [::1]:8080), got "${value}"`);
+  return hp;
 }
 
-/**
- * A numeric setting: unset or empty gives `fallback`; anything else must be a number passing `ok`,
- * or sluice exits 78 naming the variable and what it must be.
- */
-export function numberSetting(env: NodeJS.ProcessEnv, name: string, fallback: number, ok: (n: number) => boolean, must: string): number {
-  const raw = env[name];
-  if (raw === undefined || raw.trim() === '') return fallback;
-  const n = Number(raw);
-  if (!Number.isFinite(n) || !ok(n)) throw new UsageError(`${name} must be ${must}, got "${raw}"`, 78);
-  return n;
-}
-
-const whole = (n: number) => Number.isInteger(n) && n >= 0;
-
-/** The connection bounds from SLUICE_MAX_CONNECTIONS, SLUICE_MAX_CONNECTIONS_PER_IP, SLUICE_HEADERS_TIMEOUT_S and SLUICE_KEEPALIVE_TIMEOUT_S. */
-export function connectionLimits(env: NodeJS.ProcessEnv): ConnectionLimits {
-  const d = CONNECTION_DEFAULTS;
-  return {
-    maxConnections: numberSetting(env, 'SLUICE_MAX_CONNECTIONS', d.maxConnections, whole, 'a whole number of connections (0: no cap)'),
-    maxPerAddress: numberSetting(env, 'SLUICE_MAX_CONNECTIONS_PER_IP', d.maxPerAddress, whole, 'a whole number of connections (0: no cap)'),
-    headersTimeoutMs: numberSetting(env, 'SLUICE_HEADERS_TIMEOUT_S', d.headersTimeoutMs / 1000, (n) => n > 0 && n <= 120, 'a number of seconds above 0, at most 120') * 1000,
-    keepAliveTimeoutMs: numberSetting(env, 'SLUICE_KEEPALIVE_TIMEOUT_S', d.keepAliveTimeoutMs / 1000, (n) => n > 0 && n <= 3600, 'a number of seconds above 0, at most 3600') * 1000,
-  };
-}
-
-export async function openCounters(env: NodeJS.ProcessEnv, log: ReturnType<typeof createLogger>): Promise<Counters> {
-  if (env.SLUICE_REDIS_URL) {
+/** Redis counters when a URL is set (SLUICE_REDIS_URL), else counters in this process. */
+export async function openCounters(redisUrl: string | undefined, log: ReturnType<typeof createLogger>): Promise<Counters> {
+  if (redisUrl) {
     const { RedisCounters } = await import('../lib/counters/redis.ts');
-    return new RedisCounters({ url: env.SLUICE_REDIS_URL, log });
+    return new RedisCounters({ url: redisUrl, log });
   }
   return new MemoryCounters();
 }
 
-export async function serve(opts: { config: string; listen: string; env?: NodeJS.ProcessEnv; graceMs?: number }): Promise<void> {
-  const env = opts.env ?? process.env;
-  const { host, port } = parseListen(opts.listen);
-  // Settings first: a bad one exits 78 before any store or Redis connection is opened.
-  const timeoutS = numberSetting(env, 'SLUICE_UPSTREAM_TIMEOUT_S', 300, (n) => n > 0, 'a positive number of seconds');
-  const cacheS = numberSetting(env, 'SLUICE_KEY_CACHE_TTL_S', 60, (n) => n >= 0 && n <= 60, 'between 0 and 60 seconds');
-  const connections = connectionLimits(env);
-  const config = loadConfig(resolve(opts.config));
-  const log = createLogger(env.SLUICE_LOG_LEVEL);
-  const dataDir = resolve(env.SLUICE_DATA_DIR ?? './data');
-  const store = await openStore({ databaseUrl: env.SLUICE_DATABASE_URL, dataDir });
-  const counters = await openCounters(env, log);
+export async function serve(opts: { config?: string; listen?: string; env?: NodeJS.ProcessEnv; graceMs?: number }): Promise<void> {
+  // Settings first, read once: every bad one is reported together (exit 78) before any store or
+  // Redis connection is opened. --config and --listen win over SLUICE_CONFIG_DIR and SLUICE_LISTEN.
+  const settings = readSettings(opts.env ?? process.env);
+  const { host, port } = parseListen(opts.listen ?? settings.listen);
+  const config = loadConfig(resolve(opts.config ?? settings.configDir));
+  const log = createLogger(settings.logLevel);
+  const dataDir = resolve(settings.dataDir);
+  const store = await openStore({ databaseUrl: settings.databaseUrl, dataDir });
+  const counters = await openCounters(settings.redisUrl, log);
   if (store.kind === 'postgres' && counters.kind === 'memory') {
     log.warn('Postgres without Redis: limits, budgets and the IP block are counted per process, so run a single instance only (set SLUICE_REDIS_URL to scale out)');
   }
-  const gateway = await createGateway({ config, store, counters, log, env, dataDir, upstreamTimeoutMs: timeoutS * 1000, keyCacheTtlMs: cacheS * 1000, connections });
+  const gateway = await createGateway({ config, store, counters, log, settings, dataDir });
   const addr = await gateway.listen(host, port);
   log.info({ version: VERSION, listen: `${addr.address}:${addr.port}`, store: store.kind, counters: counters.kind, profiles: [...config.profiles.keys()] }, 'sluice listening');
 
-  process.on('unhandledRejection', (err) => log.error({ err: String(err) }, 'unhandled rejection'));
+  process.on('unhandledRejection', (err) => log.error({ err }, 'unhandled rejection'));
   let stopping = false;
   const stop = async (signal: string) => {
     if (stopping) {
@@ -83,12 +58,12 @@ export async function serve(opts: { config: string; listen: string; env?: NodeJS
     stopping = true;
     log.info({ signal }, 'shutting down: no new connections, open streams may finish');
     try {
-      await gateway.close(opts.graceMs ?? Number(env.SLUICE_SHUTDOWN_GRACE_S ?? 10) * 1000);
+      await gateway.close(opts.graceMs ?? settings.shutdownGraceMs);
       await counters.close();
       await store.close();
     } catch (err) {
       // A stop that fails must still end the process, and say so: exit 1 instead of hanging on.
-      log.error({ err: (err as Error).message }, 'shutdown failed');
+      log.error({ err }, 'shutdown failed');
       process.exit(1);
     }
     log.info({ rows_written: gateway.deps.recorder.written, rows_spooled: gateway.deps.recorder.pending }, 'stopped; every row written or spooled for the next start');

@@ -10,19 +10,28 @@ import { join, resolve } from 'node:path';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { ConfigError, loadConfig } from '../lib/config.ts';
+import { readSettingsOf, type Settings } from '../lib/settings.ts';
 import { openStore } from '../lib/store/open.ts';
 import type { Store } from '../lib/store/store.ts';
 import { UsageError } from './errors.ts';
 import { formatKeyTable, insertKey, listKeys, prepareKey, revokeKey } from './keys.ts';
 
 const env = process.env;
-const configOpt = { type: 'string', default: env.SLUICE_CONFIG_DIR ?? './config', describe: 'directory holding profiles.yaml and tiers.yaml' } as const;
+
+/**
+ * The settings an admin command's defaults come from (lib/settings.ts), read when a command needs
+ * them (a bad one exits 78); `serve` reads every setting itself, so it reports all problems at once.
+ */
+const defaults = (): Pick<Settings, 'configDir' | 'dataDir' | 'databaseUrl' | 'listen' | 'provisioningKey'> =>
+  readSettingsOf(env, ['configDir', 'dataDir', 'databaseUrl', 'listen', 'provisioningKey']);
+const configOpt = { type: 'string', describe: 'directory holding profiles.yaml and tiers.yaml (default: SLUICE_CONFIG_DIR, else ./config)' } as const;
 
 /** Loads (and so validates) the configuration: every keys command refuses to run on a bad one (exit 78). */
-const config = (dir: string) => loadConfig(resolve(dir));
+const config = (dir: string | undefined) => loadConfig(resolve(dir ?? defaults().configDir));
 
 async function withStore<T>(fn: (store: Store) => Promise<T>): Promise<T> {
-  const store = await openStore({ databaseUrl: env.SLUICE_DATABASE_URL, dataDir: resolve(env.SLUICE_DATA_DIR ?? './data') });
+  const { databaseUrl, dataDir } = defaults();
+  const store = await openStore({ databaseUrl, dataDir: resolve(dataDir) });
   try {
     return await fn(store);
   } finally {
@@ -40,12 +49,12 @@ const cli = yargs(hideBin(process.argv))
   .recommendCommands()
   .command('serve', 'run the gateway', (y) => y
     .option('config', configOpt)
-    .option('listen', { type: 'string', default: env.SLUICE_LISTEN ?? '127.0.0.1:8080', describe: 'HOST:PORT to listen on' }),
+    .option('listen', { type: 'string', describe: 'HOST:PORT to listen on (default: SLUICE_LISTEN, else 127.0.0.1:8080)' }),
   async (a) => {
     // V8's code cache for the gateway's modules (loaded below, after this call): a restart compiles
     // nothing it compiled before. NODE_COMPILE_CACHE wins; else <data dir>/compile-cache. A cache
     // that cannot be written only costs the saving (enableCompileCache reports, never throws).
-    enableCompileCache(env.NODE_COMPILE_CACHE ?? join(resolve(env.SLUICE_DATA_DIR ?? './data'), 'compile-cache'));
+    enableCompileCache(env.NODE_COMPILE_CACHE ?? join(resolve(readSettingsOf(env, ['dataDir']).dataDir), 'compile-cache'));
     // Loaded on demand: the gateway's modules would double the start-up time of every admin command.
     const { serve } = await import('./serve.ts');
     await serve({ config: a.config, listen: a.listen });
@@ -84,7 +93,7 @@ const cli = yargs(hideBin(process.argv))
       process.stderr.write(`revoked ${prefix}; running servers refuse it within 60 s\n`);
     })
     .demandCommand(1, 'name a keys command: create, list or revoke'))
-  // ring 1: each profile's upstream key at its router, and the usage readouts (cli/upstream.ts)
+  // Ring 1: each profile's upstream key at its router, and the usage readouts (cli/upstream.ts)
   .command('upstream', "manage each profile's upstream key at its router", (y) => y
     .command('provision', 'create the missing upstream keys, limit = daily budget; secrets go only to --env-out', (k) => k
       .option('only', { type: 'string', describe: 'only this profile' })
@@ -124,7 +133,7 @@ const cli = yargs(hideBin(process.argv))
     const { startSimulatedRouter } = await import('../lib/sim/index.ts');
     const { parseListen } = await import('./serve.ts');
     const { host, port } = parseListen(a.listen);
-    const sim = await startSimulatedRouter({ host, port, provisioningKey: a['provisioning-key'] ?? env.SLUICE_PROVISIONING_KEY, record: false });
+    const sim = await startSimulatedRouter({ host, port, provisioningKey: a['provisioning-key'] ?? defaults().provisioningKey, record: false });
     process.stderr.write(`simulated router listening on ${sim.url} (point a router url at it)\n`);
     const stop = () => void sim.close().then(() => process.exit(0));
     process.once('SIGTERM', stop);
@@ -132,10 +141,10 @@ const cli = yargs(hideBin(process.argv))
   })
   .command('setup', 'print shell settings that point clients at sluice', (y) => y
     .option('proxy', { type: 'boolean', demandOption: true, describe: 'print the exports for using sluice as the clients\' base URL' })
-    .option('url', { type: 'string', default: `http://${env.SLUICE_LISTEN ?? '127.0.0.1:8080'}` })
+    .option('url', { type: 'string', describe: 'sluice\'s base URL (default: http:// and SLUICE_LISTEN, else 127.0.0.1:8080)' })
     .option('key', { type: 'string', default: '$SLUICE_KEY', describe: 'the client key (default: a $SLUICE_KEY reference, so no key lands in shell history)' }),
   (a) => {
-    const base = a.url.replace(/\/+$/, '');
+    const base = (a.url ?? `http://${defaults().listen}`).replace(/\/+$/, '');
     process.stdout.write([
       `export ANTHROPIC_BASE_URL=${base}`,
       `export ANTHROPIC_AUTH_TOKEN=${a.key}`,

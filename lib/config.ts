@@ -1,7 +1,7 @@
-// Loads and validates profiles.yaml and tiers.yaml (CONTRACT §4) into one frozen Config.
+// Loads and validates profiles.yaml and tiers.yaml into one Config, built once at start-up.
 // Validation is strict and exhaustive: unknown fields, bad values and dangling references are
 // all collected and thrown together as one ConfigError (exit 78), each naming file and path.
-// Nothing here reads the environment except through the explicit `env` argument.
+// Nothing here reads the environment: the SLUICE_* variables are lib/settings.ts's.
 
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -207,11 +207,6 @@ export function loadConfig(dir: string): Config {
 
   if (problems.length > 0 || !auto) throw new ConfigError(problems.length ? problems : [`${tiersFile}: auto: is required`]);
   return { dir, routers, profiles, tiers, auto };
-}
-
-/** The environment variable that carries a profile's upstream key (CONTRACT §3). */
-export function upstreamKeyVar(profile: string): string {
-  return `SLUICE_UPSTREAM_KEY_${profile.toUpperCase().replaceAll('-', '_')}`;
 }
 
 /** A URL with a trailing slash on its path, so relative API paths join under a prefix. */

@@ -3,7 +3,7 @@
 
 import { pino, type Logger } from 'pino';
 
-export function createLogger(level = process.env.SLUICE_LOG_LEVEL ?? 'info', destination?: NodeJS.WritableStream): Logger {
+export function createLogger(level = 'info', destination?: NodeJS.WritableStream): Logger {
   return pino(
     {
       level,

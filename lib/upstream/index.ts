@@ -1,45 +1,21 @@
 // Ring 1 inside the server: the usage refresh loop (GET /api/v1/key per profile into
 // usage_snapshots, drift logged once per day and profile) and the cost reconciliation loop, both
-// on the shared Loop scheduler, off the request path. Also reads their settings from the
-// environment and keeps what the board's /api/health shows about them (cached: it never waits on them).
+// on the shared Loop scheduler, off the request path, timed by the settings passed in
+// (lib/settings.ts). Also keeps what the board's /api/health shows about them (cached: it never
+// waits on them).
 
 import type { Logger } from 'pino';
 import type { Budget } from '../budget.ts';
-import { ConfigError, type Config } from '../config.ts';
+import type { Config } from '../config.ts';
+import type { Settings } from '../settings.ts';
 import type { ReconcileCounts, Store } from '../store/store.ts';
 import { Loop, OnceLog, type Timers } from './loop.ts';
 import { ManagementClient, ManagementError } from './management.ts';
 import { Reconciler } from './reconcile.ts';
-import { DriftLog, snapshotProfile, type DriftThreshold } from './usage.ts';
+import { DriftLog, snapshotProfile } from './usage.ts';
 
-export interface UpstreamSettings {
-  /** 0 turns the usage refresh off. */
-  usageRefreshMs: number;
-  /** 0 turns reconciliation off. */
-  reconcilePollMs: number;
-  managementTimeoutMs: number;
-  drift: DriftThreshold;
-}
-
-function envNumber(env: NodeJS.ProcessEnv, name: string, dflt: number, ok: (n: number) => boolean, rule: string, problems: string[]): number {
-  const raw = env[name];
-  if (raw === undefined || raw.trim() === '') return dflt;
-  const n = Number(raw);
-  if (!Number.isFinite(n) || !ok(n)) problems.push(`${name} must be ${rule}, got "${raw}"`);
-  return n;
-}
-
-/** Ring 1's environment (docs/ring1.md); every bad value is reported at once (exit 78). */
-export function upstreamSettings(env: NodeJS.ProcessEnv): UpstreamSettings {
-  const problems: string[] = [];
-  const refresh = envNumber(env, 'SLUICE_USAGE_REFRESH_S', 300, (n) => n >= 0, 'a number of seconds, 0 or more (0 turns it off)', problems);
-  const poll = envNumber(env, 'SLUICE_RECONCILE_POLL_S', 2, (n) => n >= 0, 'a number of seconds, 0 or more (0 turns it off)', problems);
-  const timeout = envNumber(env, 'SLUICE_MANAGEMENT_TIMEOUT_S', 15, (n) => n > 0, 'a positive number of seconds', problems);
-  const pct = envNumber(env, 'SLUICE_DRIFT_PCT', 2, (n) => n >= 0, 'a percentage, 0 or more', problems);
-  const usd = envNumber(env, 'SLUICE_DRIFT_USD', 0.05, (n) => n >= 0, 'an amount in USD, 0 or more', problems);
-  if (problems.length) throw new ConfigError(problems);
-  return { usageRefreshMs: refresh * 1000, reconcilePollMs: poll * 1000, managementTimeoutMs: timeout * 1000, drift: { pct, usd } };
-}
+/** Ring 1's settings: the two loops' periods (0 turns a loop off), the management timeout and the drift threshold. */
+export type UpstreamSettings = Pick<Settings, 'usageRefreshMs' | 'reconcilePollMs' | 'managementTimeoutMs' | 'driftPct' | 'driftUsd'>;
 
 /** The first usage refresh runs this soon after start (or after one period, when that is shorter). */
 const FIRST_REFRESH_MS = 5_000;
@@ -51,16 +27,16 @@ export interface UpstreamLoopsOptions {
   store: Store;
   budget: Budget;
   log: Logger;
-  env: NodeJS.ProcessEnv;
+  settings: UpstreamSettings;
   now: () => number;
   upstreamKeys: Map<string, string>;
   timers?: Timers;
 }
 
 export function createUpstreamLoops(o: UpstreamLoopsOptions) {
-  const settings = upstreamSettings(o.env);
+  const { settings } = o;
   const client = new ManagementClient({ timeoutMs: settings.managementTimeoutMs });
-  const usageCtx = { config: o.config, store: o.store, client, upstreamKeys: o.upstreamKeys, drift: settings.drift, now: o.now };
+  const usageCtx = { config: o.config, store: o.store, client, upstreamKeys: o.upstreamKeys, drift: { pct: settings.driftPct, usd: settings.driftUsd }, now: o.now };
   const drift = new DriftLog(o.log);
   const profileTrouble = new OnceLog(o.log);
   const lastSnapshotAt = new Map<string, string>();
@@ -79,7 +55,7 @@ export function createUpstreamLoops(o: UpstreamLoopsOptions) {
         drift.note(s);
       } catch (err) {
         if (err instanceof ManagementError && err.outage) outages.push(err);
-        else profileTrouble.problem(profile, 'usage refresh: failed for this profile', { profile, err: (err as Error).message });
+        else profileTrouble.problem(profile, 'usage refresh: failed for this profile', { profile, err });
       }
     }));
     // The router away for every profile is an outage of the loop: logged once by it, with backoff.
@@ -110,7 +86,6 @@ export function createUpstreamLoops(o: UpstreamLoopsOptions) {
     : undefined;
 
   return {
-    settings,
     usageLoop,
     reconcileLoop,
     reconciler,
@@ -121,7 +96,7 @@ export function createUpstreamLoops(o: UpstreamLoopsOptions) {
         counts = await o.store.reconcileCounts();
         countsAt = o.now();
       } catch (err) {
-        o.log.warn({ err: (err as Error).message }, 'ring 1: the store could not be read at start-up; the loops read it later');
+        o.log.warn({ err }, 'ring 1: the store could not be read at start-up; the loops read it later');
       }
       usageLoop?.start();
       reconcileLoop?.start();

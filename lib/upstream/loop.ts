@@ -104,7 +104,7 @@ export class Loop {
       return true;
     } catch (err) {
       this.failures++;
-      this.outage.problem('round', `${this.o.name}: failing; retrying with backoff (logged once until it works again)`, { loop: this.o.name, err: (err as Error).message });
+      this.outage.problem('round', `${this.o.name}: failing; retrying with backoff (logged once until it works again)`, { loop: this.o.name, err });
       return false;
     } finally {
       this.rounds++;

@@ -4,7 +4,8 @@
 // or the local upstream_keys table, so a lost table or a second machine never mints a duplicate.
 // A new secret goes only to the env file, written right after its creation; it is never returned.
 
-import { upstreamKeyVar, type Config, type Profile } from '../config.ts';
+import type { Config, Profile } from '../config.ts';
+import { upstreamKeyVar } from '../settings.ts';
 import type { Store, UpstreamKeyRow } from '../store/store.ts';
 import { envFileSets, writeEnvVar } from './env-file.ts';
 import { ManagementError, type ApiKey, type ManagementClient } from './management.ts';

@@ -87,7 +87,7 @@ export class Reconciler {
       } catch (err) {
         if (!(err instanceof ManagementError) || err.outage) throw err;
         // Refused (401, 403, 400, a record without a cost): counted as a failed lookup.
-        this.problems.problem(`lookup:${row.profile}`, 'cost reconciliation: the router refuses generation lookups for this profile', { profile: row.profile, err: err.message });
+        this.problems.problem(`lookup:${row.profile}`, 'cost reconciliation: the router refuses generation lookups for this profile', { profile: row.profile, err });
       }
     }
     if (cost === undefined) {
@@ -102,7 +102,7 @@ export class Reconciler {
     // The budget's counters are looked at before the row changes (see Budget.correction): with
     // another process seeding a missing counter meanwhile, the difference is never counted twice.
     const correct = await budget.correction(row.profile, Date.parse(row.ts)).catch((err) => {
-      log.warn({ profile: row.profile, err: (err as Error).message }, 'cost reconciliation: the budget correction could not be counted');
+      log.warn({ profile: row.profile, err }, 'cost reconciliation: the budget correction could not be counted');
       return undefined;
     });
     const old = await store.applyReconciledCost(row.id, cost, new Date(t).toISOString());
@@ -112,6 +112,6 @@ export class Reconciler {
     // The store holds the right cost now; a counter that misses this correction is raised to the
     // store's sum by the budget's own periodic reconcile (a lowered one stays high until the day ends).
     await correct?.(old, cost)
-      .catch((err) => log.warn({ profile: row.profile, err: (err as Error).message }, 'cost reconciliation: the budget correction could not be counted'));
+      .catch((err) => log.warn({ profile: row.profile, err }, 'cost reconciliation: the budget correction could not be counted'));
   }
 }

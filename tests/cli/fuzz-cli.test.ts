@@ -1,4 +1,4 @@
-// Bad input to the CLI keeps getting a clear answer (CONTRACT §8), seeded so a failure replays
+// Bad input to the CLI keeps getting a clear answer (docs/operation.md), seeded so a failure replays
 // (the seed is in the test name). Configuration files: profiles.yaml and tiers.yaml mutated (wrong
 // types, unknown fields, bad YAML, huge values) are loaded in process, thousands of cases: each is
 // accepted or refused with a ConfigError naming the file — never another exception. Arguments: a

@@ -1,4 +1,4 @@
-// `sluice keys …` and `sluice setup` as real processes (CONTRACT §8): the key alone on stdout,
+// `sluice keys …` and `sluice setup` as real processes (docs/operation.md): the key alone on stdout,
 // only its hash and prefix stored (the SQLite file's bytes are searched), conflicts, bad usage and
 // bad configuration exit codes, expiry and IP lists, list (table and --json, never a key) and
 // revoke with its audit row; one create/list/revoke pass against Postgres.

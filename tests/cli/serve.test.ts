@@ -1,4 +1,4 @@
-// `sluice serve` as a real process (CONTRACT §2, §8): it listens on port 0 and says where in its
+// `sluice serve` as a real process: it listens on port 0 and says where in its
 // 'sluice listening' log line, proxies a request to a simulated router started here, and on
 // SIGTERM stops accepting, lets an open stream finish, writes its row and exits 0. A bad
 // --listen exits 2 and a bad configuration exits 78 with its problems.

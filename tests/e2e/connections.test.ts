@@ -12,14 +12,15 @@ import net from 'node:net';
 import { Writable } from 'node:stream';
 import t from 'tap';
 import type { Test } from 'tap';
-import { createKey } from '../../cli/keys.ts';
+import { createKey } from '../helpers/keys.ts';
 import { MemoryCounters } from '../../lib/counters/memory.ts';
 import { createLogger } from '../../lib/log.ts';
-import { CONNECTION_DEFAULTS, createGateway, VERSION, type ConnectionLimits } from '../../lib/server.ts';
+import { createGateway, VERSION } from '../../lib/server.ts';
+import { readSettings, type Settings } from '../../lib/settings.ts';
 import { openStore } from '../../lib/store/open.ts';
 import { startSimWithConfig, UPSTREAM_KEYS } from '../helpers/gateway.ts';
 
-async function start(t: Test, connections: Partial<ConnectionLimits>, env: Record<string, string> = {}, host = '127.0.0.1') {
+async function start(t: Test, connections: Partial<Pick<Settings, 'maxConnections' | 'maxPerAddress' | 'headersTimeoutMs'>>, env: Record<string, string> = {}, host = '127.0.0.1') {
   const { sim, dataDir, config } = await startSimWithConfig(t);
   const store = await openStore({ dataDir });
   t.teardown(() => store.close());
@@ -33,8 +34,9 @@ async function start(t: Test, connections: Partial<ConnectionLimits>, env: Recor
     },
   });
   const gateway = await createGateway({
-    config, store, counters, log: createLogger('debug', sink), dataDir, loadCatalog: false, connections,
-    env: { SLUICE_UPSTREAM_KEY_DEV: UPSTREAM_KEYS.dev, SLUICE_USAGE_REFRESH_S: '0', SLUICE_RECONCILE_POLL_S: '0', ...env },
+    config, store, counters, log: createLogger('debug', sink), dataDir, loadCatalog: false,
+    // Bounds smaller than the variables' units (a 400 ms header timeout) go in past the reader.
+    settings: Object.freeze({ ...readSettings({ SLUICE_UPSTREAM_KEY_DEV: UPSTREAM_KEYS.dev, SLUICE_USAGE_REFRESH_S: '0', SLUICE_RECONCILE_POLL_S: '0', ...env }), ...connections }),
   });
   const { port } = await gateway.listen(host, 0);
   t.teardown(() => gateway.close(1000));
@@ -127,7 +129,7 @@ t.test('the per-address cap: the N+1th connection of one address is closed, othe
   held.push(next);
 
   const health = JSON.parse((await fetchFrom(g.port, '/api/health', '127.0.0.3')).split('\r\n\r\n')[1]!);
-  t.same(health.connections, { max: CONNECTION_DEFAULTS.maxConnections, max_per_address: 3, refused: { per_address: 1, global: 0 } });
+  t.same(health.connections, { max: readSettings({}).maxConnections, max_per_address: 3, refused: { per_address: 1, global: 0 } });
   const metrics = await fetchFrom(g.port, '/metrics', '127.0.0.3');
   t.match(metrics, /^sluice_connections_refused_total\{cap="per_address"\} 1$/m, 'the metric counts the refusal');
   t.match(metrics, /^sluice_connections_refused_total\{cap="global"\} 0$/m);

@@ -9,11 +9,12 @@ import type { AddressInfo, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { createKey } from '../../cli/keys.ts';
+import { createKey } from '../helpers/keys.ts';
 import { loadConfig } from '../../lib/config.ts';
 import { MemoryCounters } from '../../lib/counters/memory.ts';
 import { createLogger } from '../../lib/log.ts';
 import { createGateway } from '../../lib/server.ts';
+import { readSettings } from '../../lib/settings.ts';
 import { openStore } from '../../lib/store/open.ts';
 import { profilesYaml, TIERS_YAML } from '../helpers/gateway.ts';
 
@@ -56,7 +57,7 @@ async function gatewayFor(t: Test, upstreamUrl: string) {
   t.teardown(() => store.close());
   const counters = new MemoryCounters();
   t.teardown(() => counters.close());
-  const gw = await createGateway({ config, store, counters, log: createLogger('silent'), env: { SLUICE_UPSTREAM_KEY_DEV: 'sk-or-x' }, dataDir: dir });
+  const gw = await createGateway({ config, store, counters, log: createLogger('silent'), settings: readSettings({ SLUICE_UPSTREAM_KEY_DEV: 'sk-or-x' }), dataDir: dir });
   const addr = await gw.listen('127.0.0.1', 0);
   t.teardown(() => gw.close(100));
   const key = await createKey(store, config, { profile: 'dev', name: 'retry' });

@@ -10,11 +10,12 @@ import { join } from 'node:path';
 import { setTimeout as pause } from 'node:timers/promises';
 import t from 'tap';
 import { streamCall, streamRequest, type Dialect } from '../../bench/stream-client.ts';
-import { createKey } from '../../cli/keys.ts';
+import { createKey } from '../helpers/keys.ts';
 import { loadConfig } from '../../lib/config.ts';
 import { MemoryCounters } from '../../lib/counters/memory.ts';
 import { createLogger } from '../../lib/log.ts';
 import { createGateway } from '../../lib/server.ts';
+import { readSettings } from '../../lib/settings.ts';
 import { startSimulatedRouter } from '../../lib/sim/index.ts';
 import { openStore } from '../../lib/store/open.ts';
 import { profilesYaml, TIERS_YAML } from '../helpers/gateway.ts';
@@ -73,7 +74,7 @@ t.test('a client that does not read pauses the upstream: sluice holds a bounded 
   const counters = new MemoryCounters();
   const gateway = await createGateway({
     config, store, counters, log: createLogger('warn'), dataDir, loadCatalog: false,
-    env: { SLUICE_UPSTREAM_KEY_DEV: UPSTREAM },
+    settings: readSettings({ SLUICE_UPSTREAM_KEY_DEV: UPSTREAM }),
   });
   const addr = await gateway.listen('127.0.0.1', 0);
   t.teardown(() => gateway.close(500));

@@ -11,11 +11,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { streamCall, streamEnding, streamRequest, type Dialect, type StreamResult } from '../../bench/stream-client.ts';
-import { createKey } from '../../cli/keys.ts';
+import { createKey } from '../helpers/keys.ts';
 import { loadConfig } from '../../lib/config.ts';
 import { MemoryCounters } from '../../lib/counters/memory.ts';
 import { createLogger } from '../../lib/log.ts';
 import { createGateway } from '../../lib/server.ts';
+import { readSettings } from '../../lib/settings.ts';
 import { startSimulatedRouter, type SimulatedRouter } from '../../lib/sim/index.ts';
 import { openStore } from '../../lib/store/open.ts';
 import { TIERS_YAML } from '../helpers/gateway.ts';
@@ -131,8 +132,8 @@ profiles:
   const counters = new MemoryCounters();
   t.teardown(() => counters.close());
   const gateway = await createGateway({
-    config, store, counters, log: createLogger('fatal'), dataDir, loadCatalog: false, upstreamTimeoutMs: 1000,
-    env: { SLUICE_UPSTREAM_KEY_BULK: KEYS.BULK, SLUICE_UPSTREAM_KEY_WEIRD: KEYS.WEIRD },
+    config, store, counters, log: createLogger('fatal'), dataDir, loadCatalog: false,
+    settings: readSettings({ SLUICE_UPSTREAM_KEY_BULK: KEYS.BULK, SLUICE_UPSTREAM_KEY_WEIRD: KEYS.WEIRD, SLUICE_UPSTREAM_TIMEOUT_S: '1' }),
   });
   const addr = await gateway.listen('127.0.0.1', 0);
   t.teardown(() => gateway.close(200));

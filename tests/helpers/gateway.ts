@@ -8,12 +8,13 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { createKey } from '../../cli/keys.ts';
+import { createKey } from './keys.ts';
 import { loadConfig, type Config } from '../../lib/config.ts';
 import type { Counters } from '../../lib/counters/counters.ts';
 import { MemoryCounters } from '../../lib/counters/memory.ts';
 import { createLogger } from '../../lib/log.ts';
 import { createGateway, type Gateway } from '../../lib/server.ts';
+import { readSettings } from '../../lib/settings.ts';
 import { startSimulatedRouter, type SimulatedRouter } from '../../lib/sim/index.ts';
 import { openStore } from '../../lib/store/open.ts';
 import type { RequestRow, Store } from '../../lib/store/store.ts';
@@ -78,6 +79,7 @@ export interface HarnessOptions {
   counters?: Counters;
   /** Extra profiles.yaml text appended under `profiles:` (indent two spaces). */
   extraProfiles?: string;
+  /** SLUICE_* variables on top of the harness's own (upstream keys, ring-1 loops off), read by readSettings. */
   env?: Record<string, string>;
   upstreamTimeoutMs?: number;
   bodyTimeoutMs?: number;
@@ -147,8 +149,9 @@ export async function startHarness(t: Test, opts: HarnessOptions = {}): Promise<
     ...opts.env,
   };
   const gateway = await createGateway({
-    config, store, counters, log, env, dataDir, now: () => clock.now,
-    upstreamTimeoutMs: opts.upstreamTimeoutMs, bodyTimeoutMs: opts.bodyTimeoutMs,
+    config, store, counters, log, dataDir, now: () => clock.now, bodyTimeoutMs: opts.bodyTimeoutMs,
+    // A timeout shorter than a second (SLUICE_UPSTREAM_TIMEOUT_S's unit) goes in past the reader.
+    settings: Object.freeze({ ...readSettings(env), ...(opts.upstreamTimeoutMs === undefined ? {} : { upstreamTimeoutMs: opts.upstreamTimeoutMs }) }),
   });
   const addr = await gateway.listen('127.0.0.1', 0);
   t.teardown(() => gateway.close(1000));

@@ -9,7 +9,7 @@ import t from 'tap';
 import type { AutoRouter } from '../../lib/auto.ts';
 import type { Catalog } from '../../lib/catalog.ts';
 import { loadConfig, type Config } from '../../lib/config.ts';
-import type { Ctx } from '../../lib/context.ts';
+import type { ReadCtx } from '../../lib/context.ts';
 import type { Dialect } from '../../lib/errors.ts';
 import type { Degradation } from '../../lib/store/store.ts';
 import { modelResolve } from '../../plugins/model-resolve.ts';
@@ -40,22 +40,22 @@ export const CATALOG_MAX: Record<string, number> = {
 };
 
 export const config = unitConfig();
-export const autoCalls: Ctx[] = [];
+export const autoCalls: ReadCtx[] = [];
 export const plugin = modelResolve({
   config,
   catalog: { maxCompletion: (_router: string, model: string) => CATALOG_MAX[model] ?? null } as unknown as Catalog,
-  auto: { decide: async (ctx: Ctx) => { autoCalls.push(ctx); return 'reasoning'; } } as unknown as AutoRouter,
+  auto: { decide: async (ctx: ReadCtx) => { autoCalls.push(ctx); return 'reasoning'; } } as unknown as AutoRouter,
 });
 
-export function ctxOf(dialect: Dialect, body: Record<string, any>, opts: { profile?: string; degradation?: Degradation } = {}): Ctx {
+export function ctxOf(dialect: Dialect, body: Record<string, any>, opts: { profile?: string; degradation?: Degradation } = {}): ReadCtx {
   return {
     id: 'unit', dialect, route: dialect, body, raw: Buffer.from(JSON.stringify(body)), requestedModel: body.model,
     profile: config.profiles.get(opts.profile ?? 'dev'), changed: false, degradation: opts.degradation ?? 'none',
     removed: [], adjusted: [], tier: null, model: null, endUser: null, session: null, run: null, stream: false, ip: '127.0.0.1',
-  } as unknown as Ctx;
+  } as unknown as ReadCtx;
 }
 
-export async function resolve(dialect: Dialect, body: Record<string, any>, opts: { profile?: string; degradation?: Degradation } = {}): Promise<Ctx> {
+export async function resolve(dialect: Dialect, body: Record<string, any>, opts: { profile?: string; degradation?: Degradation } = {}): Promise<ReadCtx> {
   const ctx = ctxOf(dialect, body, opts);
   await plugin.run(ctx);
   return ctx;

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { setTimeout as pause } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import type { Test } from 'tap';
-import { createKey } from '../../cli/keys.ts';
+import { createKey } from './keys.ts';
 import type { Config } from '../../lib/config.ts';
 import type { SimulatedRouter } from '../../lib/sim/index.ts';
 import { openStore } from '../../lib/store/open.ts';

@@ -1,4 +1,4 @@
-// Configuration loading (CONTRACT §4): the example config/ loads as documented, every problem in
+// Configuration loading (docs/configuration.md): the example config/ loads as documented, every problem in
 // both files is reported in one ConfigError naming file and path (unknown fields, bad values,
 // missing `fast`, dangling tier and router names, bad names, YAML errors, missing files), the
 // documented defaults apply, and upstreamKeyVar names the profile's environment variable.
@@ -7,7 +7,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import t, { type Test } from 'tap';
-import { ConfigError, loadConfig, upstreamKeyVar } from '../../lib/config.ts';
+import { ConfigError, loadConfig } from '../../lib/config.ts';
+import { upstreamKeyVar } from '../../lib/settings.ts';
 
 const EXAMPLE = resolve(import.meta.dirname, '../../config');
 

@@ -51,7 +51,8 @@ t.test('an outage is logged once, its end once, with backoff between', async (t)
   t.strictSame(delays, [2000, 4000, 5000, 5000, 5000], 'doubling backoff, capped');
   const failing = lines.filter((l) => l.msg === 'test loop: failing; retrying with backoff (logged once until it works again)');
   t.equal(failing.length, 1, 'five failures, one line');
-  t.equal(failing[0].err, 'router away');
+  t.equal(failing[0].err.message, 'router away', 'the error itself, its stack with it');
+  t.type(failing[0].err.stack, 'string');
   t.equal(failing[0].level, 40);
   down = false;
   t.equal(await loop.runOnce(), true);
