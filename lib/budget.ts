@@ -6,8 +6,8 @@
 
 import type { Profile } from './config.ts';
 import type { Counters } from './counters/counters.ts';
-import { SpendCache } from './counters/spend-cache.ts';
-import type { Degradation, Store } from './store/store.ts';
+import { SpendCache, type SpendCacheOptions } from './counters/spend-cache.ts';
+import { DEGRADATIONS, type Degradation, type Store } from './store/store.ts';
 
 const DAY_TTL_S = 2 * 86_400;
 const MONTH_TTL_S = 32 * 86_400;
@@ -25,6 +25,13 @@ export interface BudgetState {
   monthResetAt: number;
 }
 
+/** The budget stages, mildest first: the degradations, then `blocked` (refused until a window resets). */
+export const BUDGET_STAGES = [...DEGRADATIONS, 'blocked'] as const;
+export type BudgetStage = (typeof BUDGET_STAGES)[number];
+/** The percentage of a budget (the larger of day and month) from which each stage holds. */
+export const STAGE_FROM = { 'fast-only': 70, 'max-tokens': 85, blocked: 100 } as const satisfies Record<Exclude<BudgetStage, 'none'>, number>;
+
+/** The UTC day and month around `now`: their starts and ends (ms since the epoch) and their names. */
 export function windows(now: number) {
   const d = new Date(now);
   const dayStart = Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate());
@@ -44,11 +51,22 @@ export function micro(usd: number): number {
   return Math.round(usd * 1e6);
 }
 
-export function degradationFor(percent: number): Degradation | 'blocked' {
-  if (percent >= 100) return 'blocked';
-  if (percent >= 85) return 'max-tokens';
-  if (percent >= 70) return 'fast-only';
+/** The stage a percentage of a budget puts a profile in. */
+export function degradationFor(percent: number): BudgetStage {
+  if (percent >= STAGE_FROM.blocked) return 'blocked';
+  if (percent >= STAGE_FROM['max-tokens']) return 'max-tokens';
+  if (percent >= STAGE_FROM['fast-only']) return 'fast-only';
   return 'none';
+}
+
+/** What a stage does: the degradation requests get, and whether they are refused (a blocked profile stays at max-tokens). */
+export function stageEffects(stage: BudgetStage): { degradation: Degradation; blocked: boolean } {
+  return stage === 'blocked' ? { degradation: 'max-tokens', blocked: true } : { degradation: stage, blocked: false };
+}
+
+/** When a blocked profile may spend again: the month's end once the month's budget is spent, else the day's end. */
+export function blockingResetAt(w: Pick<Windows, 'dayEnd' | 'monthEnd'>, monthPercent: number): number {
+  return monthPercent >= STAGE_FROM.blocked ? w.monthEnd : w.dayEnd;
 }
 
 /** The state of a profile with `day` and `month` micro-USD spent in the windows `w`. */
@@ -58,14 +76,14 @@ function stateOf(profile: Profile, day: number, month: number, w: Windows, now: 
   const dayPct = (day * 100) / micro(profile.budget.daily_usd);
   const monthPct = (month * 100) / micro(profile.budget.monthly_usd);
   const percent = Math.max(dayPct, monthPct);
-  const level = degradationFor(percent);
-  const resetAt = monthPct >= 100 ? w.monthEnd : w.dayEnd;
+  const { degradation, blocked } = stageEffects(degradationFor(percent));
+  const resetAt = blockingResetAt(w, monthPct);
   return {
     day_usd: day / 1e6,
     month_usd: month / 1e6,
     percent,
-    degradation: level === 'blocked' ? 'max-tokens' : level,
-    blocked: level === 'blocked',
+    degradation,
+    blocked,
     retryAfterS: Math.max(3600, Math.ceil((resetAt - now) / 1000)),
     dayResetAt: w.dayEnd,
     monthResetAt: w.monthEnd,
@@ -78,8 +96,9 @@ export class Budget {
   private readonly store: Store;
   private readonly now: () => number;
 
-  constructor(opts: { counters: Counters; store: Store; now: () => number; readTtlMs?: number; flushMs?: number }) {
-    this.counters = new SpendCache(opts.counters, { readTtlMs: opts.readTtlMs, flushMs: opts.flushMs });
+  /** `now` is the wall clock the UTC windows follow; `cache` tunes (and in tests drives) the SpendCache. */
+  constructor(opts: { counters: Counters; store: Store; now: () => number; cache?: SpendCacheOptions }) {
+    this.counters = new SpendCache(opts.counters, opts.cache);
     this.store = opts.store;
     this.now = opts.now;
   }
@@ -116,7 +135,7 @@ export class Budget {
   private async seed(key: string, profile: string, since: number, ttlS: number): Promise<number> {
     let stored: number;
     try {
-      stored = micro(await this.store.rollupSpendSince(profile, new Date(since).toISOString())); // board: from the daily rollups
+      stored = micro(await this.store.ledgerSpendSince(profile, new Date(since).toISOString())); // from the spend ledger
     } catch {
       return 0;
     }
@@ -161,7 +180,7 @@ export class Budget {
     this.counters.incr(k.monthKey, amount, MONTH_TTL_S);
   }
 
-  // ring 1: cost reconciliation
+  // Cost reconciliation (ring 1: lib/upstream/reconcile.ts).
   /**
    * Prepares the correction of spend already counted at `at` (a row whose estimate the router's
    * figure is about to replace). Call it BEFORE the row changes in the store, and apply the result
@@ -184,7 +203,6 @@ export class Budget {
       if (amount !== 0) await Promise.all(live.map(([key, ttl]) => this.counters.incr(key, amount, ttl)));
     };
   }
-  // end ring 1
 
   /** The profile's spend counters now (day, month): read with the request's other counters in one step. */
   spendKeys(profile: string): [string, string] {
@@ -197,7 +215,7 @@ export class Budget {
     this.counters.observe(key, value);
   }
 
-  /** Sends the increments still held in memory (at shutdown; otherwise at the end of each event-loop turn). */
+  /** Sends the increments still held in memory (at shutdown; otherwise the SpendCache's timer does, 10 ms after the first). */
   flush(): Promise<void> {
     return this.counters.flush();
   }
@@ -209,8 +227,8 @@ export class Budget {
       const { w, dayKey, monthKey } = this.keys(profile, now);
       const { day, month } = await this.spend(profile, now);
       const [storeDay, storeMonth] = await Promise.all([
-        this.store.rollupSpendSince(profile, new Date(w.dayStart).toISOString()), // board: from the daily rollups
-        this.store.rollupSpendSince(profile, new Date(w.monthStart).toISOString()),
+        this.store.ledgerSpendSince(profile, new Date(w.dayStart).toISOString()), // the spend ledger
+        this.store.ledgerSpendSince(profile, new Date(w.monthStart).toISOString()),
       ]);
       if (micro(storeDay) > day) await this.counters.incr(dayKey, micro(storeDay) - day, DAY_TTL_S);
       if (micro(storeMonth) > month) await this.counters.incr(monthKey, micro(storeMonth) - month, MONTH_TTL_S);

@@ -60,7 +60,7 @@ export class KeyCache {
       const row = await this.store.keyByHash(hash);
       key = row ? { row, allow: row.ip_allow ? compileIpList(row.ip_allow.split(',')) : undefined } : null;
     } catch (err) {
-      // The store is away: a key seen before keeps working on its last known state (CONTRACT faults).
+      // The store is away: a key seen before keeps working on its last known state (docs/operation.md, faults).
       if (hit) return hit.key;
       throw err;
     }

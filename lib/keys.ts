@@ -1,6 +1,7 @@
-// The client key format (CONTRACT §1): `sluice_<profile>_<32 base62 chars>`, its sha256 and its
-// display prefix. This is the only module that sees a whole key besides `keys create` printing it;
-// nothing here logs or stores a key, only its hash and prefix leave.
+// The client key format: `sluice_<profile>_<32 base62 chars>`, its sha256 and its display prefix,
+// and a stored key's state (active, revoked, expired). This is the only module that sees a whole
+// key besides `keys create` printing it; nothing here logs or stores a key, only its hash and
+// prefix leave.
 
 import { hash, randomBytes } from 'node:crypto';
 
@@ -30,4 +31,18 @@ export function parseKey(key: string): { profile: string; token: string } | unde
 /** `sluice_<profile>_…<last 4>`: the only form of a key that logs, rows and the board show. */
 export function displayPrefix(profile: string, token: string): string {
   return `sluice_${profile}_…${token.slice(-4)}`;
+}
+
+/** The states of a stored key (what `sluice keys list` shows). */
+export type KeyState = 'active' | 'revoked' | 'expired';
+
+/** Whether a key has expired at `now` (ms since the epoch): from its `expires_at` instant on. */
+export function isExpired(key: { readonly expires_at: string | null }, now: number): boolean {
+  return !!key.expires_at && Date.parse(key.expires_at) <= now;
+}
+
+/** A stored key's state at `now` (ms since the epoch): revoked wins over expired. */
+export function keyState(key: { readonly revoked_at: string | null; readonly expires_at: string | null }, now: number): KeyState {
+  if (key.revoked_at) return 'revoked';
+  return isExpired(key, now) ? 'expired' : 'active';
 }

@@ -7,26 +7,26 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Deps } from '../deps.ts';
 import type { Store } from '../store/store.ts';
 import { metricsRoute, type Metrics } from './metrics.ts';
-import { pageRoute } from './page.ts'; // board page
-import type { Maintenance } from './retention.ts'; // summary
-import { computeSummary } from './summary.ts'; // summary
-import type { Summary } from './types.ts'; // summary
+import { pageRoute } from './page.ts';
+import type { Maintenance } from '../store/upkeep.ts';
+import { computeSummary } from './summary.ts';
+import type { Health, Summary } from './types.ts';
 
 export interface BoardOptions {
   deps: Deps;
   store: Store;
   /** What `GET /api/health` shows (store, counters, catalog, in-flight, connections, ring 1). */
-  health: () => Record<string, unknown>;
-  /** performance-independent wall clock of the process start (ms since the epoch). */
+  health: () => Health;
+  /** When the process started, on the `deps.now` clock (ms since the epoch). */
   startedAt: number;
   /** The gateway's Prometheus metrics, fed by the server's hooks (lib/board/metrics.ts). */
   metrics: Metrics;
-  /** summary: the rollup backfill and retention loops (lib/board/retention.ts), for health. */
+  /** The store's upkeep (rollup backfill, raw-row retention: lib/store/upkeep.ts), for the health section. */
   maintenance?: Maintenance;
   /** summary: package version (health.version). */
   version?: string;
-  /** summary: the environment (SLUICE_DRIFT_USD); default process.env. */
-  env?: NodeJS.ProcessEnv;
+  /** summary: the drift anomaly's threshold in USD (SLUICE_DRIFT_USD, read by lib/settings.ts). */
+  driftUsd: number;
 }
 
 export type BoardHandler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
@@ -34,46 +34,34 @@ export type BoardHandler = (req: IncomingMessage, res: ServerResponse) => void |
 export interface Board {
   /** Path → handler for GET and HEAD. */
   routes: Map<string, BoardHandler>;
-  close(): void;
 }
 
 export function createBoard(opts: BoardOptions): Board {
   const routes = new Map<string, BoardHandler>();
-  const closers: Array<() => void> = [];
-  void opts;
   routes.set('/metrics', metricsRoute(opts.metrics));
   routes.set('/api/health', healthRoute(opts.health));
-  // summary: one function computes the object both '/api/summary' and '/' show (lib/board/summary.ts)
+  // One function computes the object both '/api/summary' and '/' show (lib/board/summary.ts);
+  // the page is a view of it (lib/board/page.ts). The board holds no timer, socket or loop.
   const summary = summaryFunction(opts);
   routes.set('/api/summary', summaryRoute(summary, opts.deps.log));
-  // board page: a view of the same `summary` function's object (lib/board/page.ts)
   routes.set('/', pageRoute(summary, opts.deps.log));
-  return {
-    routes,
-    close() {
-      for (const c of closers) c();
-    },
-  };
+  return { routes };
 }
 
-// summary: the summary function and its JSON route
-const DRIFT_USD = 0.05;
-
-export function summaryFunction(opts: BoardOptions): () => Promise<Summary> {
+// The summary function and its JSON route
+function summaryFunction(opts: BoardOptions): () => Promise<Summary> {
   const { deps } = opts;
-  const raw = (opts.env ?? process.env).SLUICE_DRIFT_USD;
-  const drift = Number(raw);
   return () => computeSummary({
-    store: opts.store, config: deps.config, budget: deps.budget, catalog: deps.catalog, counters: deps.counters,
+    store: opts.store, config: deps.config, budget: deps.budget, catalog: deps.catalog, admission: deps.admission,
     keyCacheSize: () => deps.keyCache.size, health: opts.health, now: deps.now, startedAt: opts.startedAt,
-    version: opts.version ?? String(opts.health().version ?? ''),
+    version: opts.version ?? opts.health().version,
     maintenance: () => opts.maintenance?.state() ?? { backfill_done: true, backfill_rows: 0, retention_days: null, retention_deleted: 0 },
-    driftUsd: raw?.trim() && Number.isFinite(drift) && drift >= 0 ? drift : DRIFT_USD,
+    driftUsd: opts.driftUsd,
   });
 }
 
 /** `GET /api/health`: the server's health details as JSON, never cached (`/health` says only ok or degraded). */
-function healthRoute(health: () => Record<string, unknown>): BoardHandler {
+function healthRoute(health: () => Health): BoardHandler {
   return (req, res) => {
     const body = req.method === 'HEAD' ? undefined : JSON.stringify(health());
     res.writeHead(200, { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' }).end(body);
@@ -92,7 +80,7 @@ export function summaryRoute(summary: () => Promise<Summary>, log: Deps['log']):
     try {
       body = JSON.stringify(await summary());
     } catch (err) {
-      log.error({ err: (err as Error).message }, 'board summary could not be computed');
+      log.error({ err }, 'board summary could not be computed');
       res.writeHead(503, headers).end(JSON.stringify({ error: 'the summary could not be computed (see the log)' }));
       return;
     }

@@ -5,13 +5,15 @@
 // plus a few additions to plain numbers (./tallies.ts); a scrape never waits more than
 // `collectTimeoutMs` on the budget counters.
 
+import { isRoute } from '../routes.ts';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
-import type { Budget } from '../budget.ts';
+import { BUDGET_STAGES, type Budget } from '../budget.ts';
 import type { Config } from '../config.ts';
 import type { ErrorCode } from '../errors.ts';
-import type { AuditOutcome, RequestRow, Store } from '../store/store.ts';
+import { statusClass } from '../store/rollups.ts';
+import { AUTH_FAILURE_OUTCOMES, OUTCOMES, type AuditOutcome, type RequestRow, type Store } from '../store/store.ts';
 import { CounterFamily, HistogramFamily, type CounterCell, type HistogramCell } from './tallies.ts';
 
 export interface MetricsSources {
@@ -27,11 +29,8 @@ export interface MetricsSources {
   collectTimeoutMs?: number;
 }
 
-const AUTH_OUTCOMES: readonly AuditOutcome[] = ['missing_key', 'malformed_key', 'unknown_key', 'revoked_key', 'expired_key', 'ip_not_allowed'];
-const ROUTES = new Set(['chat', 'messages', 'responses', 'count_tokens', 'models']);
-const OUTCOMES = new Set(['ok', 'upstream_error', 'client_disconnect', 'gateway_error']);
+const OUTCOME_LABELS = new Set<string>(OUTCOMES);
 const TOKEN_KINDS = ['input', 'output', 'cache_read', 'cache_write', 'reasoning'] as const;
-const STAGE = { none: 0, 'fast-only': 1, 'max-tokens': 2, blocked: 3 } as const;
 // sluice's own time before forwarding is sub-millisecond normally; upstream times run to minutes.
 const OVERHEAD_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
 const UPSTREAM_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300];
@@ -45,10 +44,6 @@ interface RowChildren {
   overhead: HistogramCell;
   ttfb: HistogramCell;
   duration: HistogramCell;
-}
-
-export function statusClass(status: number): string {
-  return status >= 100 && status < 600 ? `${Math.floor(status / 100)}xx` : 'other';
 }
 
 export function createMetrics(src: MetricsSources) {
@@ -67,13 +62,13 @@ export function createMetrics(src: MetricsSources) {
   const ttfb = new HistogramFamily({ name: 'sluice_ttfb_seconds', help: 'Time from the request to the first byte of the upstream response.', labelNames: ['route', 'tier'], buckets: UPSTREAM_BUCKETS, registry });
   const duration = new HistogramFamily({ name: 'sluice_request_duration_seconds', help: 'Time from the request to the end of its response.', labelNames: ['route', 'tier'], buckets: DURATION_BUCKETS, registry });
   const authFailures = new Counter({ name: 'sluice_auth_failures_total', help: 'Authentication failures (auth chain steps 2-5), by outcome.', labelNames: ['outcome'], registers });
-  for (const o of AUTH_OUTCOMES) authFailures.labels(o).inc(0);
+  for (const o of AUTH_FAILURE_OUTCOMES) authFailures.labels(o).inc(0);
   const connectionsRefused = new Counter({ name: 'sluice_connections_refused_total', help: 'Connections closed on arrival because a connection cap was reached, by cap: per_address or global.', labelNames: ['cap'], registers });
   for (const c of ['per_address', 'global']) connectionsRefused.labels(c).inc(0);
   const refusals = new Counter({ name: 'sluice_refusals_total', help: "Requests sluice answered with its own error (ip_blocked, rate_limit_exceeded, budget_exhausted, ...), by route, profile and code.", labelNames: ['route', 'profile', 'code'], registers });
 
   const spendRatio = new Gauge({ name: 'sluice_budget_spend_ratio', help: "Spend over budget (1 = the budget), per profile and window.", labelNames: ['profile', 'window'], registers });
-  const stage = new Gauge({ name: 'sluice_budget_degradation_stage', help: 'Degradation stage per profile: 0 none, 1 fast-only, 2 max-tokens, 3 blocked.', labelNames: ['profile'], registers });
+  const stage = new Gauge({ name: 'sluice_budget_degradation_stage', help: `Degradation stage per profile: ${BUDGET_STAGES.map((name, i) => `${i} ${name}`).join(', ')}.`, labelNames: ['profile'], registers });
   const limitRemaining = new Gauge({ name: 'sluice_upstream_limit_remaining_usd', help: "The upstream key's remaining limit in USD at the latest usage snapshot, per profile.", labelNames: ['profile'], registers });
   const drift = new Gauge({ name: 'sluice_upstream_drift_usd', help: "Ledger minus the router's daily usage at the latest usage snapshot, per profile.", labelNames: ['profile'], registers });
   const collectFailures = new Counter({ name: 'sluice_metrics_collect_failures_total', help: 'Scrapes that showed older budget or usage values because reading them failed or took too long.', registers });
@@ -118,7 +113,7 @@ export function createMetrics(src: MetricsSources) {
     for (const [p, s] of states) {
       spendRatio.labels(p.name, 'day').set(s.day_usd / p.budget.daily_usd);
       spendRatio.labels(p.name, 'month').set(s.month_usd / p.budget.monthly_usd);
-      stage.labels(p.name).set(STAGE[s.blocked ? 'blocked' : s.degradation]);
+      stage.labels(p.name).set(BUDGET_STAGES.indexOf(s.blocked ? 'blocked' : s.degradation));
     }
     const snapshots = src.store.latestUsageSnapshots ? await src.store.latestUsageSnapshots() : [];
     limitRemaining.reset();
@@ -146,7 +141,7 @@ export function createMetrics(src: MetricsSources) {
     /** One recorded row (every row passes the server's record()). */
     row(row: RequestRow): void {
       const tier = tierLabel(row.tier);
-      const c = rowChildren(ROUTES.has(row.endpoint) ? row.endpoint : 'other', profileLabel(row.profile), tier, OUTCOMES.has(row.outcome) ? row.outcome : 'other', statusClass(row.status));
+      const c = rowChildren(isRoute(row.endpoint) ? row.endpoint : 'other', profileLabel(row.profile), tier, OUTCOME_LABELS.has(row.outcome) ? row.outcome : 'other', statusClass(row.status));
       c.requests.value += 1;
       if (row.cost_usd > 0) c.cost.value += row.cost_usd;
       if (row.input_tokens > 0) c.tokens[0].value += row.input_tokens;
@@ -163,7 +158,7 @@ export function createMetrics(src: MetricsSources) {
     },
     /** sluice answered with its own error (the server renders it). */
     refusal(route: string | undefined, profile: string | undefined, code: ErrorCode): void {
-      refusals.labels(route && ROUTES.has(route) ? route : 'other', profile ? profileLabel(profile) : 'none', code).inc();
+      refusals.labels(route && isRoute(route) ? route : 'other', profile ? profileLabel(profile) : 'none', code).inc();
     },
     /** A connection closed on arrival: its address (or the whole server) was at a connection cap. */
     connectionRefused(cap: 'per_address' | 'global'): void {

@@ -5,7 +5,7 @@
 
 import { html, int, relative, usd, utc, uptime, type Html } from './html.ts';
 import { badge, counts, figures, percentiles, sub, table } from './render.ts';
-import type { BenchmarkRun, Health, SessionRow, Summary } from './types.ts';
+import type { BenchmarkRun, HealthSection, SessionRow, Summary } from './types.ts';
 
 /** The time as "5 min ago", the exact UTC time in the hover title. */
 function ago(iso: string, now: number): Html {
@@ -71,7 +71,7 @@ function yes(ok: boolean, good: string, bad: string): Html {
   return ok ? badge('ok', good) : badge('bad', bad);
 }
 
-export function healthSection(h: Health, now: number): Html {
+export function healthSection(h: HealthSection, now: number): Html {
   const routers = Object.entries(h.catalog);
   const body = html`${figures([
     ['status', yes(h.status === 'ok', 'ok', h.status)],

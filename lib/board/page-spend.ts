@@ -3,18 +3,18 @@
 // router's readout) and the anomalies. Views of the typed summary only; every value goes through
 // the one escape helper. It computes nothing the summary does not already say, except colours.
 
-import { degradationFor } from '../budget.ts';
+import { degradationFor, type BudgetStage } from '../budget.ts';
 import { figure, html, int, percent, relative, usd, utc, type Html } from './html.ts';
 import { badge, empty, figures, table } from './render.ts';
 import { budgetBar } from './sparkline.ts';
 import type { Anomaly, AnomalyKind, SpendProfile, Summary } from './types.ts';
 
 /** A profile's stage as its badge says it: blocked wins over the degradation stage it stays in. */
-export function stageOf(p: SpendProfile): 'none' | 'fast-only' | 'max-tokens' | 'blocked' {
+export function stageOf(p: SpendProfile): BudgetStage {
   return p.blocked ? 'blocked' : p.degradation;
 }
 
-const STAGE_BADGE = { none: 'ok', 'fast-only': 'warn', 'max-tokens': 'warn', blocked: 'bad' } as const;
+const STAGE_BADGE = { none: 'ok', 'fast-only': 'warn', 'max-tokens': 'warn', blocked: 'bad' } as const satisfies Record<BudgetStage, string>;
 
 /** Today's spend, today's requests, profiles degraded or blocked, anomalies: the first line read. */
 export function glance(s: Summary): Html {

@@ -69,7 +69,7 @@ export function pageRoute(compute: () => Promise<Summary>, log: { error(obj: obj
     try {
       body = Buffer.from(renderPage(await compute()));
     } catch (err) {
-      log.error({ err: (err as Error).message }, 'board page could not be rendered');
+      log.error({ err }, 'board page could not be rendered');
       res.writeHead(503, { ...headers, 'retry-after': String(RELOAD_S) }).end(UNAVAILABLE);
       return;
     }

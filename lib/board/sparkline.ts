@@ -3,6 +3,7 @@
 // page's one escape helper (lib/board/html.ts); they fetch nothing and never emit script or style
 // elements, so the page stays within its Content-Security-Policy.
 
+import { STAGE_FROM, type BudgetStage } from '../budget.ts';
 import { html, type Html } from './html.ts';
 
 export interface SparkOptions {
@@ -28,12 +29,15 @@ export function sparkline(values: readonly number[], opts: SparkOptions): Html {
   return html`<svg class="spark" viewBox="0 0 ${w} ${h}" preserveAspectRatio="none" role="img" aria-label="${opts.label}"><title>${opts.label}</title>${n === 0 ? '' : html`<polygon class="spark-area" points="${area}"/><polyline class="spark-line" points="${pts}" fill="none" vector-effect="non-scaling-stroke"/>`}${last ? html`<circle class="spark-dot" cx="${last.cx}" cy="${last.cy}" r="2"/>` : ''}</svg>`;
 }
 
+/** The budget bar's marks: where the degradation stages begin (the bar's 100 is the budget). */
+const MARKS = [STAGE_FROM['fast-only'], STAGE_FROM['max-tokens']].map((x) => html`<line class="bar-mark" x1="${x}" y1="0" x2="${x}" y2="10"/>`);
+
 /**
- * A bar of `value` against `limit` (the budget). The fill stops at the end of the track; marks at
- * 70 % and 85 % show where degradation begins. `state` colours it (none, fast-only, max-tokens, blocked).
+ * A bar of `value` against `limit` (the budget). The fill stops at the end of the track; marks
+ * show where degradation begins. `state`, a budget stage, colours it.
  */
-export function budgetBar(value: number, limit: number, state: string, label: string): Html {
+export function budgetBar(value: number, limit: number, state: BudgetStage, label: string): Html {
   const ratio = limit > 0 ? Math.max(0, value / limit) : 0;
   const pct = Math.min(100, ratio * 100);
-  return html`<svg class="bar bar-${state}" viewBox="0 0 100 10" preserveAspectRatio="none" role="img" aria-label="${label}"><title>${label}</title><rect class="bar-track" x="0" y="0" width="100" height="10" rx="2"/><rect class="bar-fill" x="0" y="0" width="${pct.toFixed(2)}" height="10" rx="2"/><line class="bar-mark" x1="70" y1="0" x2="70" y2="10"/><line class="bar-mark" x1="85" y1="0" x2="85" y2="10"/></svg>`;
+  return html`<svg class="bar bar-${state}" viewBox="0 0 100 10" preserveAspectRatio="none" role="img" aria-label="${label}"><title>${label}</title><rect class="bar-track" x="0" y="0" width="100" height="10" rx="2"/><rect class="bar-fill" x="0" y="0" width="${pct.toFixed(2)}" height="10" rx="2"/>${MARKS}</svg>`;
 }

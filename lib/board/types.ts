@@ -1,9 +1,13 @@
-// The shape of `GET /api/summary` (CONTRACT §9): exactly these top-level keys, each always present,
-// even on an empty store. The board page renders this same object. Times are ISO-8601 UTC strings,
-// money is USD, latencies are milliseconds. Only fields are added here, never renamed or removed.
-// Nothing in it is ever a key, a key secret, an upstream key or prompt text.
+// The shapes of the board's JSON: `GET /api/health` (Health, what the server's health() returns)
+// and `GET /api/summary` (Summary: exactly these top-level keys, each always present, even on an
+// empty store). The board page renders the summary. Times are ISO-8601 UTC strings, money is USD,
+// latencies are milliseconds. Only fields are added here, never renamed or removed. Nothing in
+// either is ever a key, a key secret, an upstream key or prompt text.
 
-import type { TokenCounts } from '../store/store.ts';
+import type { UpkeepState } from '../store/upkeep.ts';
+import type { Counters } from '../counters/counters.ts';
+import type { Degradation, ReconcileCounts, Store, TokenCounts } from '../store/store.ts';
+import type { UpstreamLoops } from '../upstream/index.ts';
 
 /** Percentiles from merged log-scale histogram buckets; null when no request had the value. */
 export interface Percentiles {
@@ -23,8 +27,8 @@ export interface SpendProfile {
   percent: number;
   day_percent: number;
   month_percent: number;
-  /** 'none' | 'fast-only' | 'max-tokens' (at 100 % the profile is `blocked` and the stage stays max-tokens). */
-  degradation: 'none' | 'fast-only' | 'max-tokens';
+  /** At 100 % the profile is `blocked` and its degradation stays max-tokens. */
+  degradation: Degradation;
   blocked: boolean;
   /** When the blocking window resets: next 00:00 UTC, or the 1st of next month when the month is spent. */
   next_reset: string;
@@ -174,26 +178,43 @@ export interface HealthSnapshot {
   drifted: boolean;
 }
 
+/**
+ * What `GET /api/health` shows: the gateway's own figures, as the server's health() gathers them
+ * (the load balancer's `/health?details` shows only `status`).
+ */
 export interface Health {
+  /** 'degraded' while the store or the shared counters are away (rows merely queued are normal). */
+  status: 'ok' | 'degraded';
   /** package.json's version. */
   version: string;
-  status: 'ok' | 'degraded';
   uptime_s: number;
-  started_at: string;
-  store: { kind: string; reachable: boolean; rows_written: number; rows_pending: number };
-  counters: { kind: string; degraded: boolean };
-  rows_pending: number;
-  in_flight: number;
+  store: { kind: Store['kind']; reachable: boolean; rows_written: number; rows_pending: number };
+  counters: { kind: Counters['kind']; degraded: boolean };
   /** Per router: when its model catalog was last refreshed (null: never). */
   catalog: Record<string, { refreshed_at: string | null }>;
+  /** HTTP requests being answered now. */
+  in_flight: number;
+  /** The connection caps, and the connections closed on arrival at each. */
+  connections: { max: number; max_per_address: number; refused: { per_address: number; global: number } };
+  /** Ring 1's cost reconciliation counts; absent from a health record made without its loops. */
+  reconcile?: ReconcileCounts;
+  /** Ring 1's usage refresh; absent likewise. */
+  usage?: ReturnType<UpstreamLoops['health']>['usage'];
+}
+
+/** The summary's health section: the gateway's figures (Health) with the board's own. */
+export interface HealthSection extends Pick<Health, 'version' | 'status' | 'uptime_s' | 'store' | 'counters' | 'in_flight' | 'catalog'> {
+  started_at: string;
+  /** Rows queued or spooled, not yet in the store (Health's store.rows_pending). */
+  rows_pending: number;
   /** The newest usage snapshot per profile. */
   usage_snapshots: HealthSnapshot[];
   /** Client keys (and unknown hashes) held by the key cache. */
   key_cache_size: number;
-  /** Cost reconciliation counts (rows waiting for, given, or abandoned by the router's cost); null before ring 1. */
-  reconcile: { pending: number; reconciled: number; abandoned: number } | null;
+  /** Cost reconciliation counts (rows waiting for, given, or abandoned by the router's cost); null without ring 1. */
+  reconcile: ReconcileCounts | null;
   /** Rollup backfill progress and raw-row retention. */
-  rollups: { backfill_done: boolean; backfill_rows: number; retention_days: number | null; retention_deleted: number };
+  rollups: UpkeepState;
 }
 
 export interface SessionRow {
@@ -278,7 +299,7 @@ export interface Summary {
   routing: Routing;
   providers: Providers;
   cache: Cache;
-  health: Health;
+  health: HealthSection;
   sessions: Sessions;
   anomalies: Anomaly[];
   auth_failures: AuthFailures;
@@ -286,7 +307,7 @@ export interface Summary {
   benchmark_runs: BenchmarkRun[];
 }
 
-/** CONTRACT §9's top-level keys, in order. */
+/** The summary's top-level keys, in order. */
 export const SUMMARY_KEYS = [
   'version', 'generated_at', 'spend', 'requests', 'models', 'routing', 'providers', 'cache',
   'health', 'sessions', 'anomalies', 'auth_failures', 'tool_logs', 'benchmark_runs',

@@ -4,18 +4,16 @@
 // retention, and the board's reads. Upserts go in one sorted order, so writers never deadlock.
 
 import type postgres from 'postgres';
-import { auditDeltas, costDeltas, RequestAggregator, requestDeltas, type Deltas } from './rollups.ts';
+import { auditDeltas, costDeltas, RequestAggregator, requestDeltas, SUM_COLUMNS, type Deltas } from './rollups.ts';
 import { iso, numOrNull, type Raw } from './postgres-values.ts';
-import type { AuditRow, BoardStore, BoardSum, RequestRow } from './store.ts';
+import { BOARD_RECENT_COLUMNS, ROLLUP_READ_COLUMNS, type AuditRow, type BoardMetric, type BoardStore, type BoardSum, type RequestRow } from './store.ts';
 
 type Sql = postgres.Sql | postgres.TransactionSql;
 
-const SUM_COLUMNS = ['requests', 'errors', 'input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens', 'reasoning_tokens', 'cost_usd'] as const;
 const ROLLUP_COLUMNS = ['grain', 'dim', 'bucket', 'key', ...SUM_COLUMNS, 'first_ts', 'last_ts', 'note'] as const;
 const HIST_COLUMNS = ['grain', 'dim', 'bucket', 'key', 'metric', 'idx', 'n'] as const;
 /** The columns the rollups read of a request row (never its key or anything of the prompt). */
-const ROW_COLUMNS = 'id, ts, endpoint, profile, end_user, session, run, tier, requested_model, model, status, outcome, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, provider, degradation, ttfb_ms, duration_ms, overhead_ms, tools';
-
+const ROW_COLUMNS = ROLLUP_READ_COLUMNS.join(', ');
 
 /** A raw Postgres requests row (ROW_COLUMNS) in the Store's shape, enough for the rollups. */
 export function postgresRollupRow(raw: Raw): RequestRow {
@@ -167,7 +165,7 @@ export function postgresBoard(sql: postgres.Sql): BoardStore {
       const rows = await sql`SELECT dim, key, metric, idx, SUM(n)::float8 AS n FROM board_hist
         WHERE grain = ${q.grain} AND dim = ANY(${q.dims}::text[]) AND bucket >= ${q.from} AND bucket <= ${q.to}
         GROUP BY dim, key, metric, idx`;
-      return rows.map((r) => ({ dim: r.dim as string, key: r.key as string, metric: r.metric as 'o' | 't' | 'd', idx: Number(r.idx), n: Number(r.n) }));
+      return rows.map((r) => ({ dim: r.dim as string, key: r.key as string, metric: r.metric as BoardMetric, idx: Number(r.idx), n: Number(r.n) }));
     },
 
     async boardActiveSessions(hour, minUsd) {
@@ -183,8 +181,7 @@ export function postgresBoard(sql: postgres.Sql): BoardStore {
     },
 
     async boardRecent(since, limit) {
-      const rows = await sql`SELECT id, ts, profile, session, end_user, tier, model, provider, status, outcome, cost_usd, ttfb_ms
-        FROM requests WHERE ts >= ${since} ORDER BY ts DESC LIMIT ${limit}`;
+      const rows = await sql`SELECT ${sql(BOARD_RECENT_COLUMNS as unknown as string[])} FROM requests WHERE ts >= ${since} ORDER BY ts DESC LIMIT ${limit}`;
       return rows.map((r) => ({
         id: r.id as string, ts: iso(r.ts), profile: r.profile as string, session: r.session as string | null,
         end_user: r.end_user as string | null, tier: r.tier as string | null, model: r.model as string | null,
@@ -199,7 +196,7 @@ export function postgresBoard(sql: postgres.Sql): BoardStore {
       return rows.map((r) => ({ ip: r.ip as string, failures: Number(r.failures) }));
     },
 
-    async rollupSpendSince(profile, since) {
+    async ledgerSpendSince(profile, since) {
       const [raw] = since.endsWith('T00:00:00.000Z') && (await isBackfilled())
         ? await sql`SELECT COALESCE(SUM(cost_usd), 0) AS spend FROM board_rollup
             WHERE grain = 'd' AND dim = 'profile' AND bucket >= ${since.slice(0, 10)} AND key = ${profile}`

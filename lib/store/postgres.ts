@@ -8,15 +8,8 @@ import postgres from 'postgres';
 import { parseMigrations, pendingMigrations } from './migrations.ts';
 import { iso, isoOrNull, numOrNull, type Raw } from './postgres-values.ts';
 import { postgresUpstream } from './postgres-upstream.ts';
-import { postgresBoard, rollUpAuditPostgres, rollUpRequestsPostgres } from './postgres-board.ts'; // board
-import {
-  KeyConflictError,
-  type AuditRow,
-  type KeyRow,
-  type NewKey,
-  type RequestRow,
-  type Store,
-} from './store.ts';
+import { postgresBoard, rollUpAuditPostgres, rollUpRequestsPostgres } from './postgres-board.ts';
+import { type AuditRow, KeyConflictError, type KeyRow, type NewKey, REQUEST_COLUMNS, type RequestRow, type Store } from './store.ts';
 
 const SCHEMA_FILE = new URL('../../schema.sql', import.meta.url);
 /** The partial unique index on active (profile, name) in schema.sql. */
@@ -24,12 +17,6 @@ const ACTIVE_NAME_INDEX = 'keys_active_profile_name';
 /** Rows returned by listAudit/listRequests when the caller gives no limit. */
 const DEFAULT_LIMIT = 100;
 
-const REQUEST_COLUMNS = [
-  'id', 'ts', 'endpoint', 'profile', 'key_prefix', 'end_user', 'session', 'run', 'tier',
-  'requested_model', 'model', 'stream', 'status', 'outcome', 'input_tokens', 'output_tokens',
-  'cache_read_tokens', 'cache_write_tokens', 'reasoning_tokens', 'cost_usd', 'cost_source',
-  'provider', 'degradation', 'generation_id', 'ttfb_ms', 'duration_ms', 'overhead_ms', 'tools',
-] as const satisfies ReadonlyArray<keyof RequestRow>;
 
 /**
  * A batch of rows goes as one JSON parameter that Postgres unpacks: a row's keys are its column
@@ -121,8 +108,8 @@ export function openPostgresStore(url: string): Store {
 
   return {
     kind: 'postgres',
-    ...postgresUpstream(sql), // ring 1
-    ...postgresBoard(sql), // board
+    ...postgresUpstream(sql),
+    ...postgresBoard(sql),
 
     async migrate() {
       const steps = parseMigrations(await readFile(SCHEMA_FILE, 'utf8'));
@@ -190,7 +177,7 @@ export function openPostgresStore(url: string): Store {
       const values = rows.map((r) => ({ ts: r.ts, ip: r.ip, prefix: r.prefix, outcome: r.outcome }));
       await sql.begin(async (tx) => {
         await tx`INSERT INTO auth_audit ${tx(values, 'ts', 'ip', 'prefix', 'outcome')}`;
-        await rollUpAuditPostgres(tx, rows); // board
+        await rollUpAuditPostgres(tx, rows);
       });
     },
 
@@ -212,7 +199,7 @@ export function openPostgresStore(url: string): Store {
       // The rows land together with their rollups or not at all.
       await sql.begin(async (tx) => {
         const [{ n, ids }] = await tx.unsafe(INSERT_REQUESTS, [safe.json, safe.rows.length]);
-        // board: only rows actually inserted count toward the rollups (a replayed id is skipped)
+        // Only rows actually inserted count toward the rollups (a replayed id is skipped)
         let inserted = safe.rows;
         if (n < safe.rows.length) {
           const fresh = new Set<string>(ids ?? []);

@@ -3,21 +3,17 @@
 // used by the write path (inside insertRequests' transaction), the start-up backfill and cost
 // corrections alike, so they can never disagree. Pure: it never touches a database or a clock.
 
-import type { AuditRow, RequestRow, TokenCounts } from './store.ts';
-
-/** 'h': bucket 'YYYY-MM-DDTHH' (UTC hour); 'd': 'YYYY-MM-DD' (UTC day); 'a': '' (all time). */
-export type Grain = 'h' | 'd' | 'a';
-/** Histogram metrics: overhead, time to first byte, duration (all milliseconds). */
-export type Metric = 'o' | 't' | 'd';
+import type { AuditRow, BoardGrain as Grain, BoardMetric as Metric, RequestRow, TokenCounts } from './store.ts';
 
 /** Separates the parts of a composite key (profile, session, end user, …). */
 export const SEP = '\u001f';
 
-export interface Sums extends TokenCounts {
-  requests: number;
-  errors: number;
-  cost_usd: number;
-}
+/** The figures a rollup row sums, in the order the rollup tables hold them. */
+export const SUM_COLUMNS = [
+  'requests', 'errors', 'input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens', 'reasoning_tokens', 'cost_usd',
+] as const satisfies ReadonlyArray<keyof TokenCounts | 'requests' | 'errors' | 'cost_usd'>;
+
+export type Sums = Record<(typeof SUM_COLUMNS)[number], number>;
 
 export interface RollupDelta extends Sums {
   grain: Grain;
@@ -45,10 +41,7 @@ export interface Deltas {
   hist: HistDelta[];
 }
 
-export const ZERO_SUMS: Sums = Object.freeze({
-  requests: 0, errors: 0, input_tokens: 0, output_tokens: 0, cache_read_tokens: 0,
-  cache_write_tokens: 0, reasoning_tokens: 0, cost_usd: 0,
-});
+export const ZERO_SUMS: Sums = Object.freeze(Object.fromEntries(SUM_COLUMNS.map((c) => [c, 0])) as Sums);
 
 /** Histogram buckets: 4 per doubling from 0.01 ms (≤ 9 % relative error), 0 … HIST_MAX. */
 export const HIST_MAX = 127;
@@ -84,7 +77,10 @@ export function percentiles(buckets: Map<number, number>): { p50: number | null;
   return { p50: at(0.5), p95: at(0.95), p99: at(0.99) };
 }
 
-/** The status class a status code is counted under. */
+/**
+ * The status class a status code is counted under, on the board and on /metrics alike: '2xx' to
+ * '5xx', and 'other' for anything else (0 when no response was had, an interim 1xx, a bad code).
+ */
 export function statusClass(status: number): string {
   return status >= 200 && status < 600 ? `${Math.floor(status / 100)}xx` : 'other';
 }
@@ -216,7 +212,7 @@ function entry(h: Hour, grains: Grain[], dim: string, key: string): Entry {
 }
 
 /** Adds every sum of `s` into `into` (spelled out: a for-in over the keys costs more per call). */
-function addSums(into: Sums, s: Sums): void {
+export function addSums(into: Sums, s: Sums): void {
   into.requests += s.requests;
   into.errors += s.errors;
   into.input_tokens += s.input_tokens;

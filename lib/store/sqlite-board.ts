@@ -4,31 +4,33 @@
 // store's thread (thread.ts), where a backfill slice holds other calls for about half a
 // second at most. Never returns a key or a prompt.
 
+import { writeTransaction } from './sqlite-tx.ts';
 import type { DatabaseSync, SQLInputValue, StatementSync } from 'node:sqlite';
-import { auditDeltas, costDeltas, RequestAggregator, requestDeltas, type Deltas } from './rollups.ts';
-import type { AuditRow, BoardStore, BoardSum, RequestRow } from './store.ts';
+import { auditDeltas, costDeltas, RequestAggregator, requestDeltas, SUM_COLUMNS, type Deltas } from './rollups.ts';
+import { BOARD_RECENT_COLUMNS, ROLLUP_READ_COLUMNS, type AuditRow, type BoardMetric, type BoardStore, type BoardSum, type RequestRow, type RollupColumn } from './store.ts';
 
 type Raw = Record<string, unknown>;
 
-const SUM_COLUMNS = ['requests', 'errors', 'input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens', 'reasoning_tokens', 'cost_usd'] as const;
-
-/** The columns the backfill reads, in the order backfillRow takes them (never the key prefix). */
-const BACKFILL_COLUMNS = ['rowid', 'id', 'ts', 'endpoint', 'profile', 'end_user', 'session', 'run', 'tier', 'requested_model', 'model', 'status', 'outcome',
-  'input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens', 'reasoning_tokens', 'cost_usd', 'provider', 'degradation', 'ttfb_ms', 'duration_ms', 'overhead_ms', 'tools'] as const;
+/** The columns the backfill reads: the rowid, then what the rollups read (never the key prefix). */
+const BACKFILL_COLUMNS = ['rowid', ...ROLLUP_READ_COLUMNS];
+/** Where each column sits in a backfill row (after the rowid). */
+const AT = Object.fromEntries(ROLLUP_READ_COLUMNS.map((c, i) => [c, i + 1])) as Record<RollupColumn, number>;
 
 /**
  * A backfill row, read as an array (node:sqlite builds no object of thirty named columns per row):
  * what the rollups read of it, in the Store's shape.
  */
 function backfillRow(a: unknown[]): RequestRow {
+  const tools = a[AT.tools] as string;
   return {
-    id: a[1] as string, ts: a[2] as string, endpoint: a[3] as RequestRow['endpoint'], profile: a[4] as string, key_prefix: '',
-    end_user: a[5] as string | null, session: a[6] as string | null, run: a[7] as string | null, tier: a[8] as string | null,
-    requested_model: a[9] as string | null, model: a[10] as string | null, stream: false, status: a[11] as number, outcome: a[12] as RequestRow['outcome'],
-    input_tokens: a[13] as number, output_tokens: a[14] as number, cache_read_tokens: a[15] as number, cache_write_tokens: a[16] as number,
-    reasoning_tokens: a[17] as number, cost_usd: a[18] as number, cost_source: 'estimate', provider: a[19] as string | null,
-    degradation: a[20] as RequestRow['degradation'], generation_id: null, ttfb_ms: a[21] as number | null, duration_ms: a[22] as number,
-    overhead_ms: a[23] as number | null, tools: a[24] === '[]' ? [] : (JSON.parse(a[24] as string) as string[]),
+    id: a[AT.id] as string, ts: a[AT.ts] as string, endpoint: a[AT.endpoint] as RequestRow['endpoint'], profile: a[AT.profile] as string, key_prefix: '',
+    end_user: a[AT.end_user] as string | null, session: a[AT.session] as string | null, run: a[AT.run] as string | null, tier: a[AT.tier] as string | null,
+    requested_model: a[AT.requested_model] as string | null, model: a[AT.model] as string | null, stream: false, status: a[AT.status] as number,
+    outcome: a[AT.outcome] as RequestRow['outcome'], input_tokens: a[AT.input_tokens] as number, output_tokens: a[AT.output_tokens] as number,
+    cache_read_tokens: a[AT.cache_read_tokens] as number, cache_write_tokens: a[AT.cache_write_tokens] as number, reasoning_tokens: a[AT.reasoning_tokens] as number,
+    cost_usd: a[AT.cost_usd] as number, cost_source: 'estimate', provider: a[AT.provider] as string | null, degradation: a[AT.degradation] as RequestRow['degradation'],
+    generation_id: null, ttfb_ms: a[AT.ttfb_ms] as number | null, duration_ms: a[AT.duration_ms] as number, overhead_ms: a[AT.overhead_ms] as number | null,
+    tools: tools === '[]' ? [] : (JSON.parse(tools) as string[]),
   };
 }
 
@@ -76,8 +78,7 @@ function statements(db: DatabaseSync) {
        GROUP BY key HAVING MAX(CASE WHEN bucket = ?1 THEN cost_usd END) >= ?2`,
     ),
     recent: db.prepare(
-      `SELECT id, ts, profile, session, end_user, tier, model, provider, status, outcome, cost_usd, ttfb_ms
-       FROM requests WHERE ts >= ? ORDER BY ts DESC LIMIT ?`,
+      `SELECT ${BOARD_RECENT_COLUMNS.join(', ')} FROM requests WHERE ts >= ? ORDER BY ts DESC LIMIT ?`,
     ),
     auditSince: db.prepare('SELECT ip, COUNT(*) AS failures FROM auth_audit WHERE ts >= ? GROUP BY ip ORDER BY failures DESC, ip LIMIT ?'),
     spendDays: db.prepare("SELECT COALESCE(SUM(cost_usd), 0) AS spend FROM board_rollup WHERE grain = 'd' AND dim = 'profile' AND bucket >= ? AND key = ?"),
@@ -182,17 +183,7 @@ export function sqliteBoard(db: DatabaseSync): BoardStore {
   const isBackfilled = () =>
     backfilled ||= mark(s, 'requests_cursor') >= mark(s, 'requests_upto') && mark(s, 'audit_cursor') >= mark(s, 'audit_upto');
 
-  function transaction<T>(work: () => T): T {
-    db.exec('BEGIN IMMEDIATE');
-    try {
-      const out = work();
-      db.exec('COMMIT');
-      return out;
-    } catch (err) {
-      db.exec('ROLLBACK');
-      throw err;
-    }
-  }
+  const transaction = <T>(work: () => T): T => writeTransaction(db, work);
 
   return {
     async boardSums(q) {
@@ -216,7 +207,7 @@ export function sqliteBoard(db: DatabaseSync): BoardStore {
         WHERE grain = ? AND dim IN (${q.dims.map(() => '?').join(', ')}) AND bucket >= ? AND bucket <= ?
         GROUP BY dim, key, metric, idx`;
       return prep(sql).all(q.grain, ...q.dims, q.from, q.to).map((r) => ({
-        dim: r.dim as string, key: r.key as string, metric: r.metric as 'o' | 't' | 'd', idx: Number(r.idx), n: Number(r.n),
+        dim: r.dim as string, key: r.key as string, metric: r.metric as BoardMetric, idx: Number(r.idx), n: Number(r.n),
       }));
     },
 
@@ -239,7 +230,7 @@ export function sqliteBoard(db: DatabaseSync): BoardStore {
       return s.auditSince.all(since, limit).map((r) => ({ ip: r.ip as string, failures: Number(r.failures) }));
     },
 
-    async rollupSpendSince(profile, since) {
+    async ledgerSpendSince(profile, since) {
       const midnight = since.endsWith('T00:00:00.000Z');
       const raw = midnight && isBackfilled() ? s.spendDays.get(since.slice(0, 10), profile) : s.spendRaw.get(profile, since);
       return Number((raw as Raw).spend);
@@ -278,7 +269,7 @@ export function sqliteBoard(db: DatabaseSync): BoardStore {
           agg.add(backfillRow(a));
         }
         apply(s, agg.deltas());
-        if (last) s.setState.run(JSON.stringify([last[2], Number(last[0])]), 'requests_ts_cursor');
+        if (last) s.setState.run(JSON.stringify([last[AT.ts], Number(last[0])]), 'requests_ts_cursor');
         // The last slice: the legacy cursor jumps to the end, which is what "done" reads.
         if (rows < limit) s.setState.run(String(p.upto), 'requests_cursor');
       }

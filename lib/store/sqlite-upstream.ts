@@ -3,6 +3,7 @@
 // Never holds an upstream key's secret (only the router's hash of it), and keeps every statement
 // small: these calls are synchronous on the server's event loop.
 
+import { writeTransaction } from './sqlite-tx.ts';
 import type { DatabaseSync, StatementSync } from 'node:sqlite';
 import { adjustRollupCostSqlite } from './sqlite-board.ts';
 import type { PendingReconcile, UpstreamKeyRow, UpstreamStore, UsageSnapshot } from './store.ts';
@@ -100,19 +101,13 @@ export function sqliteUpstream(db: DatabaseSync): UpstreamStore {
      * The board's rollups follow in the same transaction (the budget seeds from them).
      */
     async applyReconciledCost(id, costUsd, at) {
-      db.exec('BEGIN IMMEDIATE');
-      try {
+      return writeTransaction(db, () => {
         const old = stmt.oldCost.get(id);
-        if (old) {
-          stmt.setCost.run(costUsd, at, id);
-          adjustRollupCostSqlite(db, id, costUsd - Number(old.cost_usd));
-        }
-        db.exec('COMMIT');
-        return old ? Number(old.cost_usd) : undefined;
-      } catch (err) {
-        db.exec('ROLLBACK');
-        throw err;
-      }
+        if (!old) return undefined;
+        stmt.setCost.run(costUsd, at, id);
+        adjustRollupCostSqlite(db, id, costUsd - Number(old.cost_usd));
+        return Number(old.cost_usd);
+      });
     },
   };
 }

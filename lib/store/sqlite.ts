@@ -3,20 +3,14 @@
 // Booleans are stored as 0/1 and timestamps as ISO text; rows leave here in the Store's types.
 // Never holds a full client key, and never lets a raw SQLite row escape unconverted.
 
+import { writeTransaction } from './sqlite-tx.ts';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { DatabaseSync, type SQLInputValue, type StatementSync } from 'node:sqlite';
 import { parseMigrations, pendingMigrations } from './migrations.ts';
 import { sqliteUpstream } from './sqlite-upstream.ts';
-import { rollUpAuditSqlite, rollUpRequestsSqlite, sqliteBoard, sqliteRequestRow } from './sqlite-board.ts'; // board
-import {
-  KeyConflictError,
-  type AuditRow,
-  type KeyRow,
-  type NewKey,
-  type RequestRow,
-  type Store,
-} from './store.ts';
+import { rollUpAuditSqlite, rollUpRequestsSqlite, sqliteBoard, sqliteRequestRow } from './sqlite-board.ts';
+import { type AuditRow, KeyConflictError, type KeyRow, type NewKey, REQUEST_COLUMNS, type RequestRow, type Store } from './store.ts';
 
 const MIGRATIONS = parseMigrations(readFileSync(new URL('./sqlite-schema.sql', import.meta.url), 'utf8'));
 
@@ -25,12 +19,6 @@ const BUSY_TIMEOUT_MS = 5000;
 /** Rows returned by listAudit/listRequests when the caller gives no limit. */
 const DEFAULT_LIMIT = 100;
 
-const REQUEST_COLUMNS = [
-  'id', 'ts', 'endpoint', 'profile', 'key_prefix', 'end_user', 'session', 'run', 'tier',
-  'requested_model', 'model', 'stream', 'status', 'outcome', 'input_tokens', 'output_tokens',
-  'cache_read_tokens', 'cache_write_tokens', 'reasoning_tokens', 'cost_usd', 'cost_source',
-  'provider', 'degradation', 'generation_id', 'ttfb_ms', 'duration_ms', 'overhead_ms', 'tools',
-] as const satisfies ReadonlyArray<keyof RequestRow>;
 
 type Raw = Record<string, unknown>;
 
@@ -66,18 +54,13 @@ function migrateSqlite(db: DatabaseSync): void {
   db.exec('CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT');
   const applied = () => db.prepare('SELECT version FROM schema_migrations').all().map((r) => Number(r.version));
   for (const step of pendingMigrations(MIGRATIONS, applied())) {
-    db.exec('BEGIN IMMEDIATE');
-    try {
+    writeTransaction(db, () => {
       // Re-read under the write lock: another process may have applied it meanwhile.
       if (!applied().includes(step.version)) {
         db.exec(step.sql);
         db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(step.version, step.name, new Date().toISOString());
       }
-      db.exec('COMMIT');
-    } catch (err) {
-      db.exec('ROLLBACK');
-      throw err;
-    }
+    });
   }
 }
 
@@ -113,23 +96,13 @@ export function openSqliteStore(file: string): Store {
     spendSince: db.prepare('SELECT COALESCE(SUM(cost_usd), 0) AS spend FROM requests WHERE profile = ? AND ts >= ?'),
   } satisfies Record<string, StatementSync>;
 
-  // BEGIN IMMEDIATE takes the write lock up front, so a concurrent writer waits on busy_timeout
-  // instead of failing midway; the whole batch lands or none of it does.
-  function inTransaction(work: () => void): void {
-    db.exec('BEGIN IMMEDIATE');
-    try {
-      work();
-      db.exec('COMMIT');
-    } catch (err) {
-      db.exec('ROLLBACK');
-      throw err;
-    }
-  }
+  // The whole batch lands or none of it does (lib/store/sqlite-tx.ts).
+  const inTransaction = (work: () => void): void => writeTransaction(db, work);
 
   return {
     kind: 'sqlite',
-    ...sqliteUpstream(db), // ring 1
-    ...sqliteBoard(db), // board
+    ...sqliteUpstream(db),
+    ...sqliteBoard(db),
 
     async migrate() {
       migrateSqlite(db);
@@ -176,7 +149,7 @@ export function openSqliteStore(file: string): Store {
       if (rows.length === 0) return;
       inTransaction(() => {
         for (const r of rows) stmt.insertAudit.run(r.ts, r.ip, r.prefix, r.outcome);
-        rollUpAuditSqlite(db, rows); // board
+        rollUpAuditSqlite(db, rows);
       });
     },
 
@@ -193,7 +166,7 @@ export function openSqliteStore(file: string): Store {
     async insertRequests(rows: RequestRow[]) {
       if (rows.length === 0) return;
       inTransaction(() => {
-        // board: only rows actually inserted count toward the rollups (a replayed id is skipped)
+        // Only rows actually inserted count toward the rollups (a replayed id is skipped)
         const inserted = rows.filter((row) => stmt.insertRequest.run(...requestParams(row)).changes > 0);
         rollUpRequestsSqlite(db, inserted);
       });

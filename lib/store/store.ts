@@ -1,10 +1,11 @@
-// The Store: every durable record sluice keeps (keys, auth audit, request rows).
+// The Store: every durable record sluice keeps (keys, auth audit, request rows), and the fixed
+// lists their fields are drawn from (audit and request outcomes, degradations, the columns).
 // One interface, two backings: embedded SQLite (sqlite.ts) and Postgres (postgres.ts),
 // both held to the same contract suite (tests/lib/store.contract.ts).
 // Timestamps cross this interface as ISO-8601 UTC strings (Date#toISOString form).
 // A Store never sees a full client key: only its sha256 and display prefix.
 
-export type KeyState = 'active' | 'revoked' | 'expired';
+import type { ProxiedRoute } from '../routes.ts';
 
 export interface KeyRow {
   id: number;
@@ -21,14 +22,11 @@ export interface KeyRow {
 
 export type NewKey = Pick<KeyRow, 'key_hash' | 'prefix' | 'profile' | 'name' | 'ip_allow' | 'created_at' | 'expires_at'>;
 
-export type AuditOutcome =
-  | 'missing_key'
-  | 'malformed_key'
-  | 'unknown_key'
-  | 'revoked_key'
-  | 'expired_key'
-  | 'ip_not_allowed'
-  | 'revoked_by_admin';
+/** The refusals of auth chain steps 2–5 (key-auth and the allowlist), each audited and counted toward the IP block. */
+export const AUTH_FAILURE_OUTCOMES = ['missing_key', 'malformed_key', 'unknown_key', 'revoked_key', 'expired_key', 'ip_not_allowed'] as const;
+/** Every outcome an audit row records: the auth failures, and a key revoked with `sluice keys revoke`. */
+export const AUDIT_OUTCOMES = [...AUTH_FAILURE_OUTCOMES, 'revoked_by_admin'] as const;
+export type AuditOutcome = (typeof AUDIT_OUTCOMES)[number];
 
 export interface AuditRow {
   ts: string;
@@ -37,9 +35,14 @@ export interface AuditRow {
   outcome: AuditOutcome;
 }
 
-export type Endpoint = 'chat' | 'messages' | 'responses' | 'count_tokens';
-export type Outcome = 'ok' | 'upstream_error' | 'client_disconnect' | 'gateway_error';
-export type Degradation = 'none' | 'fast-only' | 'max-tokens';
+/** A proxied route: the requests table's `endpoint` (lib/routes.ts). */
+export type Endpoint = ProxiedRoute;
+/** How a proxied request ended (a client hanging up is not an error; the other two are). */
+export const OUTCOMES = ['ok', 'upstream_error', 'client_disconnect', 'gateway_error'] as const;
+export type Outcome = (typeof OUTCOMES)[number];
+/** How budget degradation rewrote a request, mildest first (lib/budget.ts adds the `blocked` stage after them). */
+export const DEGRADATIONS = ['none', 'fast-only', 'max-tokens'] as const;
+export type Degradation = (typeof DEGRADATIONS)[number];
 
 /** The five token counts a row carries (input counts uncached input only, in both dialects). */
 export interface TokenCounts {
@@ -76,7 +79,22 @@ export interface RequestRow extends TokenCounts {
   tools: string[]; // names of the tools the model called; stored as a JSON array
 }
 
-// ring 1 (upstream keys, usage snapshots, cost reconciliation): types
+/** The requests table's columns: every field of a RequestRow, in the order both stores write them. */
+export const REQUEST_COLUMNS = [
+  'id', 'ts', 'endpoint', 'profile', 'key_prefix', 'end_user', 'session', 'run', 'tier',
+  'requested_model', 'model', 'stream', 'status', 'outcome', 'input_tokens', 'output_tokens',
+  'cache_read_tokens', 'cache_write_tokens', 'reasoning_tokens', 'cost_usd', 'cost_source',
+  'provider', 'degradation', 'generation_id', 'ttfb_ms', 'duration_ms', 'overhead_ms', 'tools',
+] as const satisfies ReadonlyArray<keyof RequestRow>;
+
+/** The columns the rollups never read: the key prefix, and fields no rollup counts. */
+const NOT_ROLLED_UP = ['key_prefix', 'stream', 'cost_source', 'generation_id'] as const;
+export type RollupColumn = Exclude<(typeof REQUEST_COLUMNS)[number], (typeof NOT_ROLLED_UP)[number]>;
+/** What the rollups read of a stored request row (a backfill, a cost correction), in REQUEST_COLUMNS order. */
+export const ROLLUP_READ_COLUMNS: readonly RollupColumn[] = REQUEST_COLUMNS.filter(
+  (c): c is RollupColumn => !(NOT_ROLLED_UP as readonly string[]).includes(c));
+
+// Ring 1's records (upstream keys, usage snapshots, cost reconciliation).
 /** A router key's spend in USD: all time, this UTC day, week (Monday) and month (protocols.md §4). */
 export interface RouterUsage {
   usage: number;
@@ -143,10 +161,12 @@ export interface UpstreamStore {
    */
   applyReconciledCost(id: string, costUsd: number, at: string): Promise<number | undefined>;
 }
-// end ring 1
 
-// board: rollups and the board's reads (lib/store/*-board.ts, lib/store/rollups.ts)
+// The rollups (kept by the store in each insert's transaction: lib/store/rollups.ts, lib/store/*-board.ts) and the board's reads.
+/** 'h': bucket 'YYYY-MM-DDTHH' (UTC hour); 'd': 'YYYY-MM-DD' (UTC day); 'a': '' (all time). */
 export type BoardGrain = 'h' | 'd' | 'a';
+/** Histogram metrics: overhead, time to first byte, duration (all milliseconds). */
+export type BoardMetric = 'o' | 't' | 'd';
 export interface BoardSumsQuery {
   grain: BoardGrain;
   dims: string[];
@@ -182,7 +202,7 @@ export interface BoardHistQuery {
 export interface BoardHistSum {
   dim: string;
   key: string;
-  metric: 'o' | 't' | 'd';
+  metric: BoardMetric;
   idx: number;
   n: number;
 }
@@ -197,8 +217,9 @@ export interface BoardActiveSession {
   earlier_usd: number;
   earlier_hours: number;
 }
-/** A raw request row's board fields (no key, no prompt): the last hour only. */
-export type BoardRecentRow = Pick<RequestRow, 'id' | 'ts' | 'profile' | 'session' | 'end_user' | 'tier' | 'model' | 'provider' | 'status' | 'outcome' | 'cost_usd' | 'ttfb_ms'>;
+/** The columns of a raw request row the board reads (no key, no prompt): the last hour only. */
+export const BOARD_RECENT_COLUMNS = ['id', 'ts', 'profile', 'session', 'end_user', 'tier', 'model', 'provider', 'status', 'outcome', 'cost_usd', 'ttfb_ms'] as const satisfies ReadonlyArray<keyof RequestRow>;
+export type BoardRecentRow = Pick<RequestRow, (typeof BOARD_RECENT_COLUMNS)[number]>;
 export interface BoardStore {
   boardSums(q: BoardSumsQuery): Promise<BoardSum[]>;
   boardHist(q: BoardHistQuery): Promise<BoardHistSum[]>;
@@ -208,8 +229,13 @@ export interface BoardStore {
   boardRecent(since: string, limit: number): Promise<BoardRecentRow[]>;
   /** Auth failures per address since `since` (raw audit rows; the last hour), most first. */
   boardAuditSince(since: string, limit: number): Promise<Array<{ ip: string; failures: number }>>;
-  /** spendSince from the daily rollups when `since` is a UTC midnight and the backfill is done. */
-  rollupSpendSince(profile: string, since: string): Promise<number>;
+  /**
+   * The spend ledger: the profile's spend since `since`, from the daily rollups the store keeps in
+   * each insert's transaction (raw rows when `since` is not a UTC midnight or the backfill is not
+   * done). Raw-row retention keeps it whole (lib/store/upkeep.ts): the budget seeds and reconciles
+   * from it, the board reads it.
+   */
+  ledgerSpendSince(profile: string, since: string): Promise<number>;
   /** Rolls up to `limit` pre-rollup rows (a 0.3.0 store); resumable, safe with two processes. */
   backfillRollups(limit: number): Promise<{ done: boolean; rows: number }>;
   /** Deletes up to `limit` request rows with ts < before; the rollups keep their totals. */
@@ -243,18 +269,11 @@ export interface Store {
   insertRequests(rows: RequestRow[]): Promise<void>;
   /** Newest first (by ts, then id). */
   listRequests(limit?: number): Promise<RequestRow[]>;
-  /** Sum of cost_usd of the profile's rows with ts >= since. */
+  /** Sum of cost_usd of the profile's raw rows with ts >= since (retention deletes raw rows: the budget reads the ledger). */
   spendSince(profile: string, since: string): Promise<number>;
   close(): Promise<void>;
 }
 
-// ring 1: the Store also carries the upstream methods (lib/store/*-upstream.ts)
+/** The Store also carries ring 1's methods (lib/store/*-upstream.ts) and the rollups' (lib/store/*-board.ts). */
 export interface Store extends UpstreamStore {}
-// board: and the board's (lib/store/*-board.ts)
 export interface Store extends BoardStore {}
-
-export function keyState(key: KeyRow, now: number): KeyState {
-  if (key.revoked_at) return 'revoked';
-  if (key.expires_at && Date.parse(key.expires_at) <= now) return 'expired';
-  return 'active';
-}

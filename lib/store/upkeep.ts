@@ -1,18 +1,21 @@
-// The board's background upkeep: the start-up backfill of rollups for rows written before they
-// existed (a 0.3.0 store), then raw-row retention (SLUICE_REQUEST_RETENTION_DAYS). Both work in
+// The store's background upkeep: the start-up backfill of rollups for rows written before they
+// existed (a 0.3.0 store), then raw-row retention (SLUICE_REQUEST_RETENTION_DAYS). Retention
+// deletes raw request rows only: the daily rollups are the spend ledger (Store.ledgerSpendSince),
+// which the budget seeds from and the board reads, and they are kept. Both work in
 // small slices with a turn of the event loop between them, so requests never wait behind them;
 // retention starts only once the backfill is done, so no row is deleted before it is counted.
 
 import type { Logger } from 'pino';
-import { ConfigError } from '../config.ts';
-import type { Store } from '../store/store.ts';
-import type { Health } from './types.ts';
+import type { Store } from './store.ts';
+
+/** How far the upkeep has come: the backfill, and what retention keeps and has deleted. */
+export interface UpkeepState { backfill_done: boolean; backfill_rows: number; retention_days: number | null; retention_deleted: number }
 
 export interface MaintenanceOptions {
   store: Pick<Store, 'backfillRollups' | 'pruneRequests'>;
   log: Pick<Logger, 'info' | 'warn'>;
   now: () => number;
-  /** Days of raw request rows kept (null: all). */
+  /** Days of raw request rows kept (null: all): SLUICE_REQUEST_RETENTION_DAYS, read by lib/settings.ts. */
   retentionDays: number | null;
   /** Rows per backfill slice (default BACKFILL_SLICE) and per retention delete (default 1000). */
   backfillSlice?: number;
@@ -21,15 +24,6 @@ export interface MaintenanceOptions {
   retentionEveryMs?: number;
   /** Wait after a failed slice (store away) before trying again (default 5 s). */
   retryMs?: number;
-}
-
-/** SLUICE_REQUEST_RETENTION_DAYS: a whole number of days, 1 or more; unset or empty keeps all. */
-export function retentionDays(env: NodeJS.ProcessEnv): number | null {
-  const raw = env.SLUICE_REQUEST_RETENTION_DAYS;
-  if (raw === undefined || raw.trim() === '') return null;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < 1) throw new ConfigError([`SLUICE_REQUEST_RETENTION_DAYS must be a whole number of days, 1 or more, got "${raw}"`]);
-  return n;
 }
 
 const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
@@ -45,7 +39,7 @@ export const BACKFILL_SLICE = 50_000;
 export function startMaintenance(o: MaintenanceOptions) {
   const slice = o.backfillSlice ?? BACKFILL_SLICE;
   const pruneSlice = o.pruneSlice ?? 1000;
-  const state: Health['rollups'] = { backfill_done: false, backfill_rows: 0, retention_days: o.retentionDays, retention_deleted: 0 };
+  const state: UpkeepState = { backfill_done: false, backfill_rows: 0, retention_days: o.retentionDays, retention_deleted: 0 };
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
   let wake: (() => void) | undefined;
@@ -69,7 +63,7 @@ export function startMaintenance(o: MaintenanceOptions) {
         }
         await turn();
       } catch (err) {
-        o.log.warn({ err: (err as Error).message }, 'board rollup backfill failed; retrying');
+        o.log.warn({ err }, 'board rollup backfill failed; retrying');
         await pause(o.retryMs ?? 5000);
       }
     }
@@ -97,14 +91,14 @@ export function startMaintenance(o: MaintenanceOptions) {
       try {
         await prune();
       } catch (err) {
-        o.log.warn({ err: (err as Error).message }, 'request retention failed; retrying later');
+        o.log.warn({ err }, 'request retention failed; retrying later');
       }
       await pause(o.retentionEveryMs ?? 600_000);
     }
   })();
 
   return {
-    state: (): Health['rollups'] => ({ ...state }),
+    state: (): UpkeepState => ({ ...state }),
     /** Resolves when the loops have ended (after stop()). */
     done,
     prune,

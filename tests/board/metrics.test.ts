@@ -7,8 +7,8 @@ import type { ServerResponse } from 'node:http';
 import t from 'tap';
 import type { BudgetState } from '../../lib/budget.ts';
 import type { Config, Profile } from '../../lib/config.ts';
-import { createMetrics, statusClass, type MetricsSources } from '../../lib/board/metrics.ts';
-import type { RequestRow, UsageSnapshot } from '../../lib/store/store.ts';
+import { createMetrics, type MetricsSources } from '../../lib/board/metrics.ts';
+import { AUTH_FAILURE_OUTCOMES, type RequestRow, type UsageSnapshot } from '../../lib/store/store.ts';
 import { parseMetrics, sumOf } from '../helpers/prom-text.ts';
 
 function profile(name: string, daily: number, monthly: number): Profile {
@@ -51,14 +51,6 @@ function sources(o: Partial<MetricsSources> = {}): MetricsSources {
 
 const value = (text: string, name: string, labels: Record<string, string> = {}) => sumOf(parseMetrics(text), name, labels);
 
-t.test('status classes', async (t) => {
-  t.equal(statusClass(200), '2xx');
-  t.equal(statusClass(499), '4xx');
-  t.equal(statusClass(503), '5xx');
-  t.equal(statusClass(0), 'other');
-  t.equal(statusClass(600), 'other');
-});
-
 t.test('rows: bounded labels, tokens, cost and histograms', async (t) => {
   const m = createMetrics(sources());
   t.teardown(() => m.close());
@@ -98,6 +90,7 @@ t.test('auth failures, refusals, streams and health gauges', async (t) => {
   let body = (await m.scrape()).body;
   t.equal(value(body, 'sluice_auth_failures_total', { outcome: 'unknown_key' }), 1);
   t.equal(value(body, 'sluice_auth_failures_total', { outcome: 'missing_key' }), 0, 'every outcome starts at zero');
+  t.strictSame(parseMetrics(body).filter((s) => s.name === 'sluice_auth_failures_total').map((s) => s.labels.outcome).sort(), [...AUTH_FAILURE_OUTCOMES].sort(), 'one series per auth failure outcome');
   t.equal(value(body, 'sluice_refusals_total', { route: 'chat', profile: 'dev', code: 'rate_limit_exceeded' }), 1);
   t.equal(value(body, 'sluice_refusals_total', { route: 'other', profile: 'none', code: 'not_found' }), 1);
   t.equal(value(body, 'sluice_refusals_total', { route: 'other', profile: 'other', code: 'budget_exhausted' }), 1);

@@ -338,5 +338,8 @@ t.test('the route: headers, HEAD, a failing summary', async (t) => {
   t.equal(failed.headers['content-security-policy'], PAGE_CSP, 'still under the CSP');
   t.match(String(failed.body), /could not be computed/);
   t.match(String(failed.body), /<meta http-equiv="refresh" content="30">/, 'and it still reloads');
-  t.same(failed.logged, [[{ err: 'store down' }, 'board page could not be rendered']], 'logged once');
+  t.equal(failed.logged.length, 1, 'logged once');
+  const [fields, msg] = failed.logged[0] as [{ err: Error }, string];
+  t.equal(msg, 'board page could not be rendered');
+  t.equal(fields.err.message, 'store down', 'with the error itself (its stack for pino)');
 });

@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { countAuthFailure } from '../../plugins/ip-block.ts';
+import { Admission } from '../../lib/admission.ts';
 import { computeSummary, type SummaryDeps } from '../../lib/board/summary.ts';
 import { SUMMARY_KEYS } from '../../lib/board/types.ts';
 import { Budget } from '../../lib/budget.ts';
@@ -29,15 +29,20 @@ async function setup(t: Test, kind: 'sqlite' | 'postgres') {
   t.teardown(() => store.close());
   const counters = new MemoryCounters();
   t.teardown(() => counters.close());
+  const admission = new Admission({ counters, budget: { spendKeys: () => ['', ''], observe: () => {} } });
   const deps: SummaryDeps = {
-    store, config, counters, budget: new Budget({ counters, store, now: () => NOW }),
+    store, config, admission, budget: new Budget({ counters, store, now: () => NOW }),
     catalog: { prices: () => undefined },
     keyCacheSize: () => 3,
-    health: () => ({ status: 'ok', store: { kind, reachable: true, rows_written: 7, rows_pending: 2 }, counters: { kind: 'memory', degraded: false }, catalog: { sim: { refreshed_at: '2025-03-10T12:00:00.000Z' } }, in_flight: 1 }),
+    // A health record without ring 1's figures (no reconcile counts, no usage refresh).
+    health: () => ({
+      status: 'ok', version: '9.9.9', uptime_s: 5, store: { kind, reachable: true, rows_written: 7, rows_pending: 2 }, counters: { kind: 'memory', degraded: false },
+      catalog: { sim: { refreshed_at: '2025-03-10T12:00:00.000Z' } }, in_flight: 1, connections: { max: 10, max_per_address: 2, refused: { per_address: 0, global: 0 } },
+    }),
     maintenance: () => ({ backfill_done: true, backfill_rows: 0, retention_days: null, retention_deleted: 0 }),
-    now: () => NOW, startedAt: Date.now() - 5000, version: '9.9.9', driftUsd: 0.05,
+    now: () => NOW, startedAt: NOW - 5000, version: '9.9.9', driftUsd: 0.05,
   };
-  return { store, counters, deps };
+  return { store, counters, deps, admission };
 }
 
 function row(over: Partial<RequestRow>): RequestRow {
@@ -79,10 +84,14 @@ for (const kind of ['sqlite', 'postgres'] as const) {
     t.equal(s.health.key_cache_size, 3);
     t.strictSame(s.health.usage_snapshots, []);
     t.equal(s.health.reconcile, null, 'no reconcile counts in this health record');
+    t.equal(s.health.uptime_s, 5, 'uptime on the injected clock');
+    t.equal(s.health.started_at, '2025-03-10T12:29:55.000Z');
+    t.strictSame(s.health.store, { kind, reachable: true, rows_written: 7, rows_pending: 2 });
+    t.notOk('connections' in s.health, 'the summary shows only its own health fields');
   });
 
   t.test(`${kind}: every section from a few rows`, async (t) => {
-    const { store, counters, deps } = await setup(t, kind);
+    const { store, deps, admission } = await setup(t, kind);
     await store.insertRequests([
       row({ ts: '2025-03-10T12:10:00.000Z', endpoint: 'messages', tier: 'agent', requested_model: 'sluice/agent', model: 'anthropic/claude-sonnet-4.5', provider: 'Anthropic',
         session: 's-1', end_user: 'cc:abc', run: 'run-1', cost_usd: 0.5, input_tokens: 1000, output_tokens: 200, cache_read_tokens: 3000, cache_write_tokens: 100,
@@ -98,7 +107,7 @@ for (const kind of ['sqlite', 'postgres'] as const) {
       { ts: '2025-03-10T12:05:00.000Z', ip: '198.51.100.1', prefix: '', outcome: 'missing_key' as const },
       { ts: '2025-03-09T12:05:00.000Z', ip: '198.51.100.1', prefix: '', outcome: 'missing_key' as const },
     ]);
-    for (let i = 0; i < 20; i++) await countAuthFailure(counters, '203.0.113.9');
+    for (let i = 0; i < 20; i++) await admission.countAuthFailure('203.0.113.9');
     await store.insertUsageSnapshot({ profile: 'dev', ts: '2025-03-10T12:25:00.000Z', day: '2025-03-10', label: 'dev', limit_usd: 5, limit_remaining: 4.5, limit_reset: 'daily',
       usage: 3, usage_daily: 0.5, usage_weekly: 1, usage_monthly: 2, ledger_day_usd: 0.601, drift_usd: 0.101, drifted: true });
 

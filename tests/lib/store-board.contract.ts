@@ -156,15 +156,15 @@ export function storeBoardContract(t: Test, b: Backing): void {
     sameMaps(t, await snapshot(store), expected(all), 'a missing row changes nothing');
   });
 
-  t.test('rollupSpendSince agrees with spendSince, and retention keeps the totals', async (t) => {
+  t.test('ledgerSpendSince agrees with spendSince, and retention keeps the totals', async (t) => {
     const store = await storeFor(t);
     const all = rows(300, 3, 20);
     await store.insertRequests(all);
     for (const since of ['2025-03-01T00:00:00.000Z', '2025-03-10T00:00:00.000Z', '2025-03-05T06:30:00.000Z', '2025-02-01T00:00:00.000Z']) {
-      for (const p of PROFILES) t.ok(Math.abs((await store.rollupSpendSince(p, since)) - (await store.spendSince(p, since))) < 1e-9, `${p} since ${since}`);
+      for (const p of PROFILES) t.ok(Math.abs((await store.ledgerSpendSince(p, since)) - (await store.spendSince(p, since))) < 1e-9, `${p} since ${since}`);
     }
     const before = await snapshot(store);
-    const monthSpend = await store.rollupSpendSince('dev', '2025-02-01T00:00:00.000Z');
+    const monthSpend = await store.ledgerSpendSince('dev', '2025-02-01T00:00:00.000Z');
     const cut = '2025-03-05T00:00:00.000Z';
     const old = all.filter((r) => r.ts < cut).length;
     let deleted = 0;
@@ -172,7 +172,7 @@ export function storeBoardContract(t: Test, b: Backing): void {
     t.equal(deleted, old, 'every row older than the cut went, in slices');
     t.strictSame((await b.rawIds(t)).sort(), all.filter((r) => r.ts >= cut).map((r) => r.id).sort(), 'newer rows stay');
     sameMaps(t, await snapshot(store), before, 'rollups unchanged');
-    t.ok(Math.abs((await store.rollupSpendSince('dev', '2025-02-01T00:00:00.000Z')) - monthSpend) < 1e-9, 'the budget still sees the deleted rows\' spend');
+    t.ok(Math.abs((await store.ledgerSpendSince('dev', '2025-02-01T00:00:00.000Z')) - monthSpend) < 1e-9, 'the budget still sees the deleted rows\' spend');
   });
 
   t.test('board reads: the last hour of raw rows and of auth failures', async (t) => {
@@ -199,7 +199,7 @@ export function storeBoardContract(t: Test, b: Backing): void {
     const first = await storeFor(t);
     const second = await storeFor(t);
     t.strictSame(await snapshot(first), new Map(), 'nothing rolled up yet');
-    t.equal(await first.rollupSpendSince('dev', '2025-03-01T00:00:00.000Z'), await first.spendSince('dev', '2025-03-01T00:00:00.000Z'), 'budget reads raw rows meanwhile');
+    t.equal(await first.ledgerSpendSince('dev', '2025-03-01T00:00:00.000Z'), await first.spendSince('dev', '2025-03-01T00:00:00.000Z'), 'budget reads raw rows meanwhile');
     const fresh = rows(40, 12);
     await first.insertRequests(fresh.slice(0, 20)); // written during the backfill: rolled up as written
     let slices = 0;
@@ -217,6 +217,6 @@ export function storeBoardContract(t: Test, b: Backing): void {
     t.same(await first.backfillRollups(17), { done: true, rows: 0 }, 'done stays done');
     sameMaps(t, await snapshot(first), expected([...old, ...fresh], oldAudit), 'rollups equal the recomputation');
     await first.insertRequests(rows(5, 13));
-    t.ok(Math.abs((await first.rollupSpendSince('dev', '2025-03-01T00:00:00.000Z')) - (await first.spendSince('dev', '2025-03-01T00:00:00.000Z'))) < 1e-9, 'rollup spend after the backfill');
+    t.ok(Math.abs((await first.ledgerSpendSince('dev', '2025-03-01T00:00:00.000Z')) - (await first.spendSince('dev', '2025-03-01T00:00:00.000Z'))) < 1e-9, 'rollup spend after the backfill');
   });
 }

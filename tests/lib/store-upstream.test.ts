@@ -102,11 +102,11 @@ for (const kind of ['sqlite', 'postgres'] as const) {
     t.strictSame(await store.reconcileCounts(), { pending: 1, reconciled: 0, abandoned: 2 });
 
     const midnight = '2025-03-01T00:00:00.000Z';
-    const rolled = await store.rollupSpendSince('team', midnight);
+    const rolled = await store.ledgerSpendSince('team', midnight);
     t.equal(rolled, await store.spendSince('team', midnight), 'the rollups hold the rows\' cost');
     t.equal(await store.applyReconciledCost(a.id, 0.03, '2025-03-01T12:02:01.000Z'), 0.01, 'the first caller gets the old cost');
-    t.equal(Math.round((await store.rollupSpendSince('team', midnight)) * 1e6), Math.round((rolled + 0.02) * 1e6), 'the rollups follow the reconciled cost (the budget seeds from them)');
-    t.equal(Math.round((await store.rollupSpendSince('team', midnight)) * 1e6), Math.round((await store.spendSince('team', midnight)) * 1e6));
+    t.equal(Math.round((await store.ledgerSpendSince('team', midnight)) * 1e6), Math.round((rolled + 0.02) * 1e6), 'the rollups follow the reconciled cost (the budget seeds from them)');
+    t.equal(Math.round((await store.ledgerSpendSince('team', midnight)) * 1e6), Math.round((await store.spendSince('team', midnight)) * 1e6));
     t.equal(await store.applyReconciledCost(a.id, 0.03, '2025-03-01T12:02:02.000Z'), undefined, 'a second caller gets nothing');
     t.equal(await store.applyReconciledCost('no-such-row', 0.03, '2025-03-01T12:02:02.000Z'), undefined);
     t.strictSame(await store.reconcileCounts(), { pending: 0, reconciled: 1, abandoned: 2 });
