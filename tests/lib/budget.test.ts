@@ -2,8 +2,12 @@
 // the degradation thresholds, percent = max(day %, month %), retry-after to the blocking
 // window's reset (at least 3600 s), UTC day and month windows, seeding from the store's rows,
 // spend surviving a restart, and reconciliation that raises a lagging counter and never lowers one.
+// On Redis also: an increment that times out at the client but still runs in Redis counts once.
 
 import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
+import net, { type AddressInfo } from 'node:net';
+import { Redis } from 'ioredis';
 import t, { type Test } from 'tap';
 import { Budget, degradationFor } from '../../lib/budget.ts';
 import type { Profile } from '../../lib/config.ts';
@@ -11,7 +15,7 @@ import type { Counters } from '../../lib/counters/counters.ts';
 import { MemoryCounters } from '../../lib/counters/memory.ts';
 import { openStore } from '../../lib/store/open.ts';
 import type { RequestRow, Store } from '../../lib/store/store.ts';
-import { openRedisCounters } from './counters.contract.ts';
+import { openRedisCounters, REDIS_URL, redisNamespace } from './counters.contract.ts';
 
 t.test('degradationFor: the thresholds, exactly', async (t) => {
   const at = (p: number) => degradationFor(p);
@@ -242,3 +246,69 @@ for (const kind of ['memory', 'redis'] as const) {
     });
   });
 }
+
+/**
+ * A relay to Redis that can hold what clients send (a stalled Redis, or a client whose process
+ * was starved): held bytes reach Redis, in order, on release.
+ */
+async function holdingRelay(t: Test) {
+  const target = new URL(REDIS_URL);
+  let held: Array<() => void> | null = null;
+  const server = net.createServer((client) => {
+    const redis = net.connect(Number(target.port || 6379), target.hostname);
+    client.on('data', (chunk) => (held ? held.push(() => redis.write(chunk)) : redis.write(chunk)));
+    redis.pipe(client);
+    client.on('error', () => redis.destroy()).on('close', () => redis.destroy());
+    redis.on('error', () => client.destroy());
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.teardown(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  return {
+    url: `redis://127.0.0.1:${(server.address() as AddressInfo).port}${target.pathname}`,
+    hold: () => void (held ??= []),
+    release() {
+      const h = held ?? [];
+      held = null;
+      for (const send of h) send();
+    },
+  };
+}
+
+t.test('on redis: an increment that times out at the client but runs in Redis counts once', async (t) => {
+  const store: Store = await openStore({ dataDir: t.testdir() });
+  t.teardown(() => store.close());
+  const relay = await holdingRelay(t);
+  const ns = redisNamespace(t);
+  const counters = await openRedisCounters(t, { url: relay.url, prefix: ns, commandTimeoutMs: 500 });
+  // What Redis holds, read beside the relay until it shows `want` (10 s at most): the released
+  // INCRBYs and this read travel on different connections, so Redis may run the read first.
+  const direct = new Redis(REDIS_URL);
+  t.teardown(() => direct.disconnect());
+  const inRedis = async (key: string, want: number) => {
+    const deadline = Date.now() + 10_000;
+    let v = Number(await direct.get(ns + key));
+    while (v !== want && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 20));
+      v = Number(await direct.get(ns + key));
+    }
+    return v;
+  };
+  const now = Date.parse('2025-03-15T10:00:00Z');
+  // Flushes run when the test says (budget.flush()), never on a timer of their own.
+  const budget = new Budget({ counters, store, now: () => now, cache: { schedule: () => {} } });
+  const p = profile('stalled', 10, 100);
+  await store.insertRequests([row('stalled', 30, iso('2025-03-02T10:00:00Z'))]);
+  await budget.add('stalled', 2, now); // seeds the windows from the store (month 30), then counts 2
+  relay.hold();
+  await budget.flush(); // the INCRBYs wait in the relay, time out, and the fallback answers
+  t.equal(counters.degraded, true, 'the client gave up on Redis');
+  relay.release(); // and Redis runs them after all
+  t.match(budget.state(p), { day_usd: 2, month_usd: 32 }, 'the fallback\'s total (2) does not replace the month\'s 30');
+  t.equal(await inRedis('spend:month:stalled:2025-03', 32_000_000), 32_000_000, 'Redis ran the INCRBY that timed out');
+  budget.add('stalled', 1, now);
+  await budget.flush(); // Redis's answer includes the INCRBYs that timed out (under load it may time out too)
+  t.match(budget.state(p), { day_usd: 3, month_usd: 33 }, 'each increment counted once');
+  t.equal(await inRedis('spend:month:stalled:2025-03', 33_000_000), 33_000_000, 'and Redis holds each once: none was sent twice');
+  t.equal(await inRedis('spend:day:stalled:2025-03-15', 3_000_000), 3_000_000);
+});
