@@ -1,4 +1,4 @@
-// `sluice/auto`: a small decision model picks one ladder tier per session (CONTRACT §6). The
+// `sluice/auto`: a small decision model picks one ladder tier per session (docs/http.md). The
 // decision is a chat call to `auto.decision_model` on the profile's router with the profile's key,
 // kept per session in Counters for `session_ttl_minutes`. A timeout, an error or an answer naming
 // no ladder tier means the profile's default tier. The decision's own cost is recorded as a row.
@@ -6,7 +6,7 @@
 import type { Logger } from 'pino';
 import { rowCost, type Catalog } from './catalog.ts';
 import { withSlash, type AutoConfig } from './config.ts';
-import { newRequestId, type Ctx } from './context.ts';
+import { newRequestId, type ReadCtx } from './context.ts';
 import type { Counters } from './counters/counters.ts';
 import type { RequestRow } from './store/store.ts';
 import { usageOf } from './proxy/usage-tap.ts';
@@ -72,8 +72,8 @@ export class AutoRouter {
       'Pick the cheapest tier that will do the task well. Answer with the tier name only.';
   }
 
-  async decide(ctx: Ctx): Promise<string> {
-    const profile = ctx.profile!;
+  async decide(ctx: ReadCtx): Promise<string> {
+    const profile = ctx.profile;
     const sessionKey = ctx.session ? `auto:${profile.name}:${ctx.session}` : undefined;
     if (sessionKey) {
       const kept = await this.counters.getText(sessionKey);
@@ -85,38 +85,38 @@ export class AutoRouter {
     return tier;
   }
 
-  private async ask(ctx: Ctx): Promise<string | undefined> {
+  private async ask(ctx: ReadCtx): Promise<string | undefined> {
     const started = performance.now();
     const ts = new Date(this.now()).toISOString();
     let status = 0;
     let json: any;
     try {
-      const res = await fetch(new URL('api/v1/chat/completions', withSlash(ctx.router!.url)), {
+      const res = await fetch(new URL('api/v1/chat/completions', withSlash(ctx.router.url)), {
         method: 'POST',
         headers: { authorization: `Bearer ${ctx.upstreamKey}`, 'content-type': 'application/json' },
         body: JSON.stringify({
           model: this.auto.decision_model,
           max_tokens: 16,
           temperature: 0,
-          messages: [{ role: 'system', content: this.system }, { role: 'user', content: excerpt(ctx.body ?? {}) }],
+          messages: [{ role: 'system', content: this.system }, { role: 'user', content: excerpt(ctx.body) }],
         }),
         signal: AbortSignal.timeout(this.auto.decision_timeout_ms),
       });
       status = res.status;
       json = await res.json().catch(() => undefined);
     } catch (err) {
-      this.log.warn({ req: ctx.id, err: (err as Error).message }, 'auto decision failed; using the default tier');
+      this.log.warn({ req: ctx.id, err }, 'auto decision failed; using the default tier');
     }
     if (status > 0) {
       const u = usageOf('chat', json);
       this.record({
-        id: newRequestId(), ts, endpoint: 'chat', profile: ctx.profile!.name, key_prefix: ctx.key!.row.prefix,
+        id: newRequestId(), ts, endpoint: 'chat', profile: ctx.profile.name, key_prefix: ctx.key.row.prefix,
         end_user: ctx.endUser, session: ctx.session, run: ctx.run, tier: 'auto-decision',
         requested_model: this.auto.decision_model, model: u.model ?? this.auto.decision_model,
         stream: false, status, outcome: status < 400 ? 'ok' : 'upstream_error',
         input_tokens: u.input_tokens, output_tokens: u.output_tokens, cache_read_tokens: u.cache_read_tokens,
         cache_write_tokens: u.cache_write_tokens, reasoning_tokens: u.reasoning_tokens,
-        ...rowCost(u, this.catalog.prices(ctx.profile!.router, this.auto.decision_model)),
+        ...rowCost(u, this.catalog.prices(ctx.profile.router, this.auto.decision_model)),
         provider: u.provider, degradation: 'none', generation_id: u.generation_id, ttfb_ms: null,
         duration_ms: Math.round(performance.now() - started), overhead_ms: null, tools: u.tools,
       });

@@ -66,7 +66,7 @@ export class Catalog {
         this.refreshedAt.set(router.name, new Date().toISOString());
         this.log.info({ router: router.name, models: parsed.size }, 'model catalog loaded');
       } catch (err) {
-        this.log.warn({ router: router.name, err: (err as Error).message, kept: this.models.get(router.name)?.size ?? 0 }, 'model catalog refresh failed; keeping the last good copy');
+        this.log.warn({ router: router.name, err, kept: this.models.get(router.name)?.size ?? 0 }, 'model catalog refresh failed; keeping the last good copy');
       }
     }));
   }

@@ -1,5 +1,10 @@
-// The per-request context that plugins read and fill in, and the Plugin contract.
-// A plugin decides: it sets fields here or throws a GatewayError; it never writes to the response.
+// The per-request context that plugins read and fill in, the phases it goes through, and the
+// Plugin contract. A plugin decides: it sets fields here or throws a GatewayError; it never writes
+// to the response. The context is made with every field it will ever have (one shape for V8), and
+// its type follows the chain: a plugin names the phase it needs (`open`, `keyed` once key-auth
+// found the key, `profiled` once profile-check found its profile, `read` once the body is read)
+// and the phase it leaves; `Chain.then` refuses at compile time a plugin whose phase is not reached
+// yet, and `checkChain` refuses at start-up a route whose chain, filtered by route, skips one.
 // The context carries no secrets beyond `upstreamKey`, which only the proxy core reads.
 
 import { randomFillSync } from 'node:crypto';
@@ -7,9 +12,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { BlockList } from 'node:net';
 import type { Profile, Router } from './config.ts';
 import type { Dialect } from './errors.ts';
+import type { ProxiedRoute, Route } from './routes.ts';
 import type { Degradation, KeyRow } from './store/store.ts';
-
-export type Route = 'chat' | 'messages' | 'responses' | 'count_tokens' | 'models';
 
 export interface AuthedKey {
   row: KeyRow;
@@ -17,6 +21,7 @@ export interface AuthedKey {
   allow: BlockList | undefined;
 }
 
+/** A request as it arrives: nothing about its key, profile or body is known yet. */
 export interface Ctx {
   readonly id: string;
   readonly req: IncomingMessage;
@@ -26,13 +31,15 @@ export interface Ctx {
   /** performance.now() when the request arrived. */
   readonly t0: number;
   ip: string;
-  key?: AuthedKey;
-  profile?: Profile;
-  router?: Router;
-  upstreamKey?: string;
-  /** The body as received, and parsed; `changed` says whether it must be re-serialised. */
-  raw?: Buffer;
-  body?: Record<string, any>;
+  key: AuthedKey | null;
+  profile: Profile | null;
+  router: Router | null;
+  /** The profile's upstream key ('' until profile-check). */
+  upstreamKey: string;
+  /** The body as received (empty until read-body), and parsed. */
+  raw: Buffer;
+  body: Record<string, any> | null;
+  /** Whether the body must be re-serialised: a plugin changed a member, or the text named one twice. */
   changed: boolean;
   stream: boolean;
   endUser: string | null;
@@ -48,15 +55,98 @@ export interface Ctx {
   adjusted: string[];
 }
 
-export interface Plugin {
+/** After key-auth: the key is known, not revoked, not expired. */
+export interface KeyedCtx extends Ctx {
+  key: AuthedKey;
+}
+
+/** After profile-check: the key's profile is configured and has its upstream key. */
+export interface ProfiledCtx extends KeyedCtx {
+  profile: Profile;
+  router: Router;
+}
+
+/** After read-body: the body is read, scanned, and names a model (read-body runs on the proxied routes only). */
+export interface ReadCtx extends ProfiledCtx {
+  readonly route: ProxiedRoute;
+  body: Record<string, any>;
+  requestedModel: string;
+}
+
+/** The phases, in the order a chain reaches them, with the context each one guarantees. */
+export interface Phases {
+  open: Ctx;
+  keyed: KeyedCtx;
+  profiled: ProfiledCtx;
+  read: ReadCtx;
+}
+export type Phase = keyof Phases;
+export const PHASES = ['open', 'keyed', 'profiled', 'read'] as const satisfies readonly Phase[];
+
+/** The phases reached once `P` is: P and every earlier one. */
+type Reached = { open: 'open'; keyed: 'open' | 'keyed'; profiled: 'open' | 'keyed' | 'profiled'; read: Phase };
+
+/**
+ * A step of the chain. It runs on the routes it names, needs the phase `N` (its `run` sees that
+ * phase's context) and leaves the context at phase `G` (the same, unless it produces the next).
+ */
+export interface Plugin<N extends Phase = Phase, G extends Phase = N> {
   readonly name: string;
   /** The routes the plugin runs on; resolved per route at start-up so the hot path skips the rest. */
   readonly routes: readonly Route[];
-  run(ctx: Ctx): void | Promise<void>;
+  readonly needs: N;
+  readonly gives: G;
+  /** A property, not a method, so that its parameter is checked strictly when a chain is built. */
+  readonly run: (ctx: Phases[N]) => void | Promise<void>;
 }
 
-export const PROXIED: readonly Route[] = ['chat', 'messages', 'responses', 'count_tokens'];
-export const ALL_V1: readonly Route[] = ['chat', 'messages', 'responses', 'count_tokens', 'models'];
+/** Any plugin, as a route's chain holds it (the phases were checked when the chain was built). */
+export type AnyPlugin = Plugin<any, any>;
+
+/**
+ * The chain, built step by step: `then` accepts a plugin only if the chain has reached the phase
+ * it needs, so a misordered chain does not compile. `plugins` is the result, in order.
+ */
+export class Chain<P extends Phase> {
+  readonly plugins: readonly AnyPlugin[];
+  private constructor(plugins: readonly AnyPlugin[]) {
+    this.plugins = plugins;
+  }
+
+  static start(): Chain<'open'> {
+    return new Chain<'open'>([]);
+  }
+
+  then<N extends Reached[P], G extends Phase>(plugin: Plugin<N, G>): Chain<G extends Reached[P] ? P : G> {
+    return new Chain([...this.plugins, plugin]);
+  }
+}
+
+/**
+ * Checks one route's chain (the plugins that run on it, in order): each plugin's phase must have
+ * been reached by the ones before it on that route. Throws at start-up naming the first that is
+ * not. Returns the phase the route's chain ends at.
+ */
+export function checkChain(route: Route, chain: readonly AnyPlugin[]): Phase {
+  let reached = 0;
+  for (const p of chain) {
+    const needs = PHASES.indexOf(p.needs);
+    if (needs > reached) throw new Error(`plugin chain of route ${route}: ${p.name} needs the ${p.needs} phase, which no plugin before it on that route reaches`);
+    reached = Math.max(reached, PHASES.indexOf(p.gives));
+  }
+  return PHASES[reached]!;
+}
+
+/** A new context, every field present from the start. */
+export function newContext(req: IncomingMessage, res: ServerResponse, route: Route, dialect: Dialect, ip: string, run: string | null): Ctx {
+  return {
+    id: newRequestId(), req, res, route, dialect, t0: performance.now(), ip,
+    key: null, profile: null, router: null, upstreamKey: '', raw: EMPTY, body: null,
+    changed: false, stream: false, endUser: null, session: null, run,
+    requestedModel: null, tier: null, model: null, degradation: 'none', removed: [], adjusted: [],
+  };
+}
+const EMPTY = Buffer.alloc(0);
 
 // Request ids are UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, then randomness, with a
 // counter in rand_a so ids of one millisecond still sort by arrival. Time-ordered ids make the

@@ -3,6 +3,7 @@
 // the parts they need when they are constructed, never per request.
 
 import type { Logger } from 'pino';
+import type { Admission } from './admission.ts';
 import type { AutoRouter } from './auto.ts';
 import type { Budget } from './budget.ts';
 import type { Catalog } from './catalog.ts';
@@ -16,6 +17,8 @@ import type { AuditOutcome } from './store/store.ts';
 export interface Deps {
   config: Config;
   counters: Counters;
+  /** The IP block, the rate-limit windows, the room for bodies and the spend read (lib/admission.ts). */
+  admission: Admission;
   log: Logger;
   /** The clock (ms since the epoch); tests set it to cross midnights and month ends. */
   now: () => number;

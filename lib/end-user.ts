@@ -1,4 +1,4 @@
-// End user and auto session of a request (CONTRACT §6). The Claude Code session header wins and
+// End user and auto session of a request (docs/http.md). The Claude Code session header wins and
 // spares reading the body; otherwise chat `user`, responses `user` (else `safety_identifier`) or
 // messages `metadata.user_id`, where a Claude Code blob (JSON or the older `user_…_session_<uuid>`
 // form) is reduced to `cc:<session id>`. The auto session is `x-sluice-session`, else the coding

@@ -1,4 +1,4 @@
-// The catalogue of every error sluice itself answers with (CONTRACT §5), and the one function
+// The catalogue of every error sluice itself answers with (docs/http.md), and the one function
 // that renders a GatewayError in the request's dialect. Plugins only throw; the server renders.
 // Static bodies are serialised once at start-up; messages never tell which check failed beyond
 // the catalogue (all bad keys share one body, word for word). Upstream errors never pass here.
@@ -85,7 +85,7 @@ export function renderError(res: ServerResponse, dialect: Dialect, err: GatewayE
 export interface StreamPosition { sequence: number; responseId: string | null }
 
 /**
- * The SSE that ends a stream failing after the response began (CONTRACT §5), in the stream's
+ * The SSE that ends a stream failing after the response began (docs/http.md), in the stream's
  * dialect. Chat: one `data: {"error":…}` then `[DONE]`; messages: one `event: error`. Responses:
  * an `error` event (the openai SDK throws on it) then `response.failed` carrying the same code
  * (what Codex reads: an unknown code is retried, as a dropped stream is), then `[DONE]` as the

@@ -8,30 +8,42 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { BlockList } from 'node:net';
 import type { Logger } from 'pino';
 import type { Metrics } from './board/metrics.ts';
+import type { Health } from './board/types.ts';
 import { canonicalIp, clientIp, inList } from './client-ip.ts';
-import { newRequestId, type Ctx, type Plugin, type Route } from './context.ts';
+import { checkChain, newContext, type AnyPlugin, type Ctx, type ReadCtx } from './context.ts';
 import { GatewayError, renderError, type Dialect } from './errors.ts';
+import { ALL_V1, ROUTE_TABLE, type Route } from './routes.ts';
 
-export interface RouteDef { route: Route; method: string; dialect: Dialect }
+/** A /v1 route as the handler serves it: its method, its errors' dialect and its share of the chain. */
+export interface RouteDef { route: Route; method: string; dialect: Dialect; chain: readonly AnyPlugin[] }
 
-export const ROUTES: Record<string, RouteDef> = {
-  '/v1/chat/completions': { route: 'chat', method: 'POST', dialect: 'chat' },
-  '/v1/messages': { route: 'messages', method: 'POST', dialect: 'messages' },
-  '/v1/messages/count_tokens': { route: 'count_tokens', method: 'POST', dialect: 'messages' },
-  '/v1/responses': { route: 'responses', method: 'POST', dialect: 'responses' },
-  '/v1/models': { route: 'models', method: 'GET', dialect: 'chat' },
-};
+/**
+ * Each /v1 route by path (lib/routes.ts) with the plugins that run on it, in chain order, checked
+ * once at start-up: each plugin's phase is reached before it on that route, and a proxied route's
+ * chain reaches the read phase the proxy core needs. A chain that breaks either throws here.
+ */
+export function routeTable(plugins: readonly AnyPlugin[]): Map<string, RouteDef> {
+  const routes = new Map<string, RouteDef>();
+  for (const route of ALL_V1) {
+    const spec = ROUTE_TABLE[route];
+    const chain = plugins.filter((p) => p.routes.includes(route));
+    const reached = checkChain(route, chain);
+    if (spec.upstream !== null && reached !== 'read') throw new Error(`plugin chain of route ${route}: no plugin reads the body the proxy core forwards`);
+    routes.set(spec.path, { route, method: spec.method, dialect: spec.dialect, chain });
+  }
+  return routes;
+}
 
 type OperatorRoute = (req: IncomingMessage, res: ServerResponse) => unknown;
 
 export interface HandlerOptions {
-  /** Each /v1 route with its chain, resolved at start-up. */
-  routes: Map<string, RouteDef & { chain: Plugin[] }>;
+  /** Each /v1 route with its chain, resolved at start-up (routeTable). */
+  routes: Map<string, RouteDef>;
   /** The board's GET/HEAD routes (/, /api/summary, /api/health, /metrics), consulted before the /v1 routes. */
   operatorRoutes: Map<string, OperatorRoute>;
   /** What `GET /health?details` shows: only the status a load balancer needs (the details are the board's). */
-  status: () => 'ok' | 'degraded';
-  forward: (ctx: Ctx) => void;
+  status: () => Health['status'];
+  forward: (ctx: ReadCtx) => void;
   metrics: Pick<Metrics, 'refusal' | 'trackStream'>;
   trustedProxies: BlockList;
   /** The GET /v1/models body, serialised once. */
@@ -56,7 +68,7 @@ const NO_COMPACT = 'The router has no remote compaction endpoint: compact locall
 class Where {
   readonly path: string;
   readonly hasQuery: boolean;
-  readonly def: (RouteDef & { chain: Plugin[] }) | undefined;
+  readonly def: RouteDef | undefined;
   readonly dialect: Dialect;
   /** Set once the context exists: the metrics of a refusal name its profile. */
   ctx: Ctx | undefined = undefined;
@@ -108,11 +120,7 @@ export function createHandler(opts: HandlerOptions) {
       log.warn({ peer: ip }, 'X-Forwarded-For from a peer not named in SLUICE_TRUSTED_PROXIES is ignored: if this peer is your front proxy, name it there');
     }
     const run = req.headers['x-sluice-run'];
-    const ctx: Ctx = {
-      id: newRequestId(), req, res, route: def.route, dialect, t0: performance.now(), ip,
-      changed: false, stream: false, endUser: null, session: null, run: typeof run === 'string' ? run.slice(0, 128) : null,
-      requestedModel: null, tier: null, model: null, degradation: 'none', removed: [], adjusted: [],
-    };
+    const ctx = newContext(req, res, def.route, dialect, ip, typeof run === 'string' ? run.slice(0, 128) : null);
     where.ctx = ctx;
     const chain = def.chain;
     for (let i = 0; i < chain.length; i++) {
@@ -123,11 +131,13 @@ export function createHandler(opts: HandlerOptions) {
       res.writeHead(200, { 'content-type': 'application/json', 'content-length': modelsBody.length }).end(modelsBody);
       return;
     }
-    if (ctx.removed.length > 0 || ctx.adjusted.length > 0) {
-      log.info({ req: ctx.id, prefix: ctx.key!.row.prefix, removed: ctx.removed, adjusted: ctx.adjusted, degradation: ctx.degradation }, 'sanitized request');
+    // A proxied route's chain reaches the read phase: routeTable checked it at start-up.
+    const read = ctx as ReadCtx;
+    if (read.removed.length > 0 || read.adjusted.length > 0) {
+      log.info({ req: read.id, prefix: read.key.row.prefix, removed: read.removed, adjusted: read.adjusted, degradation: read.degradation }, 'sanitized request');
     }
-    if (ctx.stream) metrics.trackStream(res);
-    opts.forward(ctx);
+    if (read.stream) metrics.trackStream(res);
+    opts.forward(read);
   }
 
   /** Renders what stopped a request: a catalogue error in its dialect, anything else as `internal`. */
@@ -143,9 +153,9 @@ export function createHandler(opts: HandlerOptions) {
       }
     } else if (!req.complete && req.socket.destroyed) {
       // The client went away while its body was arriving (its socket, and so `res`, is gone): nothing to answer.
-      log.debug({ err: (err as Error).message }, 'client closed before its request body was complete');
+      log.debug({ err }, 'client closed before its request body was complete');
     } else {
-      log.error({ err: (err as Error).message, stack: (err as Error).stack }, 'request failed inside the gateway');
+      log.error({ err }, 'request failed inside the gateway');
       metrics.refusal(where.def?.route, where.ctx?.profile?.name, 'internal');
       renderError(res, dialect, new GatewayError('internal'));
     }

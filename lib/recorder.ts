@@ -115,7 +115,7 @@ export class Recorder {
       try {
         await this.store.insertRequests(rows);
       } catch (err) {
-        if (!this.failing) this.log.error({ err: (err as Error).message, pending: this.queue.length }, 'store unreachable; request rows are held until it returns');
+        if (!this.failing) this.log.error({ err, pending: this.queue.length }, 'store unreachable; request rows are held until it returns');
         this.failing = true;
         if (this.queue.length > this.memoryLimit) await this.spool();
         return false;
@@ -143,7 +143,7 @@ export class Recorder {
       this.log.warn({ rows: rows.length, file: join(this.dir, SPOOL) }, 'request rows spooled to disk');
     } catch (err) {
       this.queue = rows.concat(this.queue);
-      this.log.error({ err: (err as Error).message }, 'cannot write the spool file; rows stay in memory');
+      this.log.error({ err }, 'cannot write the spool file; rows stay in memory');
     }
   }
 
@@ -169,7 +169,7 @@ export class Recorder {
         await unlink(file);
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue; // another process took this file
-        if (!this.failing) this.log.error({ err: (err as Error).message }, 'spool replay failed; will retry');
+        if (!this.failing) this.log.error({ err }, 'spool replay failed; will retry');
         this.failing = true;
         this.spoolDirty = true;
         return;

@@ -10,23 +10,25 @@ import http, { type ServerResponse } from 'node:http';
 import type { AddressInfo, BlockList } from 'node:net';
 import type { Logger } from 'pino';
 import { createPlugins } from '../plugins/index.ts';
-import { countAuthFailure } from '../plugins/ip-block.ts';
+import { Admission } from './admission.ts';
+import type { Health } from './board/types.ts';
 import { AutoRouter } from './auto.ts';
 import { createBoard } from './board/index.ts';
-import { retentionDays, startMaintenance } from './board/retention.ts'; // board: rollups upkeep
+import { startMaintenance } from './store/upkeep.ts';
 import { createMetrics } from './board/metrics.ts';
 import { Budget } from './budget.ts';
 import { Catalog } from './catalog.ts';
-import { canonicalIp, compileIpList, inList, ipBlockBucket } from './client-ip.ts';
-import { ConfigError, upstreamKeyVar, type Config } from './config.ts';
-import type { Plugin } from './context.ts';
+import { canonicalIp, inList, ipBlockBucket } from './client-ip.ts';
+import type { Config } from './config.ts';
 import type { Counters } from './counters/counters.ts';
 import type { Deps } from './deps.ts';
-import { createHandler, ROUTES, type RouteDef } from './handler.ts';
+import { createHandler, routeTable } from './handler.ts';
 import { KeyCache } from './key-cache.ts';
 import { createProxy } from './proxy/index.ts';
 import { Recorder } from './recorder.ts';
-import { createUpstreamLoops } from './upstream/index.ts'; // ring 1
+import { upstreamKeysOf, type Settings } from './settings.ts';
+import { createUpstreamLoops } from './upstream/index.ts';
+import { Loop } from './upstream/loop.ts';
 import type { RequestRow, Store } from './store/store.ts';
 
 export const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
@@ -36,58 +38,37 @@ export interface GatewayOptions {
   store: Store;
   counters: Counters;
   log: Logger;
-  env?: NodeJS.ProcessEnv;
+  /** Every SLUICE_* setting, read once at start-up (lib/settings.ts, readSettings). */
+  settings: Settings;
   dataDir: string;
   now?: () => number;
-  upstreamTimeoutMs?: number;
+  /** How long a request body may take to arrive (30 s; tests shorten it). */
   bodyTimeoutMs?: number;
-  /** How long a key lookup is cached: a revocation takes effect within this time (default 60 s). */
-  keyCacheTtlMs?: number;
   /** Load the router catalog at start-up (tests that need no catalog may skip the fetch). */
   loadCatalog?: boolean;
-  /** The connection bounds; each one left out takes its default (CONNECTION_DEFAULTS). */
-  connections?: Partial<ConnectionLimits>;
 }
 
-export interface ConnectionLimits {
-  /** Open connections in all; one more is closed at once (0: no cap). */
-  maxConnections: number;
-  /** Open connections per client socket address, IPv6 per /64; trusted proxies are exempt (0: no cap). */
-  maxPerAddress: number;
-  /** Longest wait for a request's complete header block, from the connection's first moment on. */
-  headersTimeoutMs: number;
-  /** How long an idle kept-alive connection stays open between requests. */
-  keepAliveTimeoutMs: number;
-}
-
-/**
- * The defaults: room for a large agent fleet (each open stream also holds an upstream socket, so
- * 16,384 connections need ~33,000 of the unit's 65,536 file descriptors), 256 per address, headers
- * within 10 s (a client sends its header block at once; only a slowloris trickles), and an idle
- * timeout above nginx's upstream keepalive_timeout (60 s) so nginx never reuses a connection sluice
- * is closing. None of them ends a request already under way: a slow stream runs on.
- */
-export const CONNECTION_DEFAULTS: ConnectionLimits = { maxConnections: 16_384, maxPerAddress: 256, headersTimeoutMs: 10_000, keepAliveTimeoutMs: 65_000 };
+/** The connection bounds (lib/settings.ts has their defaults and why). */
+type ConnectionLimits = Pick<Settings, 'maxConnections' | 'maxPerAddress' | 'headersTimeoutMs' | 'keepAliveTimeoutMs'>;
 
 /** Pending connections the kernel may queue for accept() (capped by net.core.somaxconn). */
 export const LISTEN_BACKLOG = 4096;
 
 export async function createGateway(opts: GatewayOptions) {
   const { config, store, counters, log } = opts;
-  const env = opts.env ?? process.env;
   const now = opts.now ?? Date.now;
-  const upstreamKeys = upstreamKeysFrom(config, env, log);
-  const trustedProxies = trustedProxiesFrom(env);
-  const retention = retentionDays(env); // board: SLUICE_REQUEST_RETENTION_DAYS, checked before anything starts
+  const { settings } = opts;
+  const upstreamKeys = upstreamKeysFrom(config, settings, log);
+  const trustedProxies = settings.trustedProxies;
   const catalog = new Catalog({ routers: config.routers.values(), log });
   if (opts.loadCatalog !== false) await catalog.start();
   const recorder = new Recorder({ store, log, dataDir: opts.dataDir });
   recorder.start();
   const budget = new Budget({ counters, store, now });
-  // ring 1: usage refresh and cost reconciliation, off the request path (lib/upstream/index.ts)
-  const upstream = createUpstreamLoops({ config, store, budget, log, env, now, upstreamKeys });
+  // Ring 1: usage refresh and cost reconciliation, off the request path (lib/upstream/index.ts).
+  const upstream = createUpstreamLoops({ config, store, budget, log, settings, now, upstreamKeys });
   await upstream.start();
-  // board: the Prometheus metrics, fed by record(), authFailure() and the error renderer below
+  // The Prometheus metrics, fed by record(), authFailure() and the error renderer below.
   const metrics = createMetrics({ config, budget, store, recorder, counters, inFlight: () => handler.inFlight, version: VERSION });
 
   /** Every row goes through here: queued for the store, and its cost added to the profile's spend. */
@@ -95,51 +76,52 @@ export async function createGateway(opts: GatewayOptions) {
     recorder.add(row);
     metrics.row(row);
     // At once, except for the first cost of a window this process has not seeded yet.
-    budget.add(row.profile, row.cost_usd, Date.parse(row.ts))?.catch((err) => log.error({ err: err.message }, 'budget spend could not be counted'));
+    budget.add(row.profile, row.cost_usd, Date.parse(row.ts))?.catch((err) => log.error({ err }, 'budget spend could not be counted'));
   }
 
+  const admission = new Admission({ counters, budget });
   const deps: Deps = {
-    config, counters, log, now, upstreamKeys, catalog, recorder, budget,
-    keyCache: new KeyCache({ store, now, ttlMs: opts.keyCacheTtlMs, onTouchError: (err) => log.warn({ err: (err as Error).message }, 'last_used_at update failed') }),
+    config, counters, admission, log, now, upstreamKeys, catalog, recorder, budget,
+    keyCache: new KeyCache({ store, now, ttlMs: settings.keyCacheTtlMs, onTouchError: (err) => log.warn({ err }, 'last_used_at update failed') }),
     auto: new AutoRouter({ auto: config.auto, counters, catalog, log, record, now }),
     async authFailure(ctx, outcome, prefix) {
       metrics.authFailure(outcome);
       log.info({ req: ctx.id, ip: ctx.ip, prefix, outcome }, 'auth failure');
       store.insertAudit([{ ts: new Date(now()).toISOString(), ip: ctx.ip, prefix, outcome }])
-        .catch((err) => log.error({ err: err.message }, 'auth audit row could not be written'));
-      await countAuthFailure(counters, ctx.ip);
+        .catch((err) => log.error({ err }, 'auth audit row could not be written'));
+      await admission.countAuthFailure(ctx.ip);
     },
   };
 
   const routes = routeTable(createPlugins(deps, { bodyTimeoutMs: opts.bodyTimeoutMs ?? 30_000 }));
 
-  const proxy = createProxy({ log, config, catalog, now, record, upstreamTimeoutMs: opts.upstreamTimeoutMs ?? 300_000 });
+  const proxy = createProxy({ log, config, catalog, now, record, upstreamTimeoutMs: settings.upstreamTimeoutMs });
   const modelsBody = Buffer.from(JSON.stringify(modelList(config)));
-  const started = Date.now();
+  const started = now();
   // rows merely queued are normal
   const status = () => (counters.degraded || recorder.storeDown ? 'degraded' : 'ok');
-  const limits: ConnectionLimits = { ...CONNECTION_DEFAULTS, ...opts.connections };
+  const limits: ConnectionLimits = settings;
   const refused = { per_address: 0, global: 0 };
   /** The board's `GET /api/health` (and its summary): what an operator checks when something degrades. */
-  function health() {
+  function health(): Health {
     return {
       status: status(),
       version: VERSION,
-      uptime_s: Math.round((Date.now() - started) / 1000),
+      uptime_s: Math.round((now() - started) / 1000),
       store: { kind: store.kind, reachable: !recorder.storeDown, rows_written: recorder.written, rows_pending: recorder.pending },
       counters: { kind: counters.kind, degraded: counters.degraded },
       catalog: Object.fromEntries([...config.routers.keys()].map((r) => [r, { refreshed_at: catalog.refreshedAt.get(r) ?? null }])),
       in_flight: handler.inFlight,
       connections: { max: limits.maxConnections, max_per_address: limits.maxPerAddress, refused: { ...refused } },
-      ...upstream.health(), // ring 1: reconcile counts, last usage snapshot per profile
+      ...upstream.health(), // reconcile counts, last usage snapshot per profile
     };
   }
   /** Resolved by hurry(): a second signal ends the shutdown's grace period at once. */
   let hurry!: () => void;
   const hurried = new Promise<void>((resolve) => (hurry = resolve));
-  // board: rollup backfill (a 0.3.0 store) and raw-row retention, in the background
-  const maintenance = startMaintenance({ store, log, now, retentionDays: retention });
-  const board = createBoard({ deps, store, health, startedAt: started, metrics, maintenance, version: VERSION, env });
+  // The store's upkeep: rollup backfill (a 0.3.0 store) and raw-row retention, in the background.
+  const maintenance = startMaintenance({ store, log, now, retentionDays: settings.requestRetentionDays });
+  const board = createBoard({ deps, store, health, startedAt: started, metrics, maintenance, version: VERSION, driftUsd: settings.driftUsd });
 
   const handler = createHandler({
     routes, operatorRoutes: board.routes, status, forward: proxy.forward, metrics, trustedProxies, modelsBody, log,
@@ -154,9 +136,10 @@ export async function createGateway(opts: GatewayOptions) {
     log.warn({ reason, refused: { ...refused }, max: limits.maxConnections, max_per_address: limits.maxPerAddress }, 'connection refused: over a connection cap');
   });
 
-  const reconcile = setInterval(() => {
-    budget.reconcile(config.profiles.keys()).catch((err) => log.warn({ err: err.message }, 'budget reconciliation failed'));
-  }, 5 * 60_000).unref();
+  // The budget's counters checked against the ledger every 5 minutes, in the loop shape every
+  // periodic job shares (lib/upstream/loop.ts: no overlap, backoff and one log line while failing).
+  const reconcile = new Loop({ name: 'budget reconciliation', log, everyMs: 5 * 60_000, run: () => budget.reconcile(config.profiles.keys()) });
+  reconcile.start();
 
   return {
     server,
@@ -185,7 +168,7 @@ export async function createGateway(opts: GatewayOptions) {
      * row (spooling what the store cannot take) and closes.
      */
     async close(graceMs = 10_000): Promise<void> {
-      clearInterval(reconcile);
+      await reconcile.stop();
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeIdleConnections();
       await untilIdle(handler, graceMs, hurried);
@@ -198,11 +181,10 @@ export async function createGateway(opts: GatewayOptions) {
       server.closeAllConnections();
       await closed;
       proxy.close();
-      board.close();
-      await maintenance.stop(); // board
+      await maintenance.stop();
       metrics.close();
       catalog.stop();
-      await upstream.stop(); // ring 1
+      await upstream.stop();
       await recorder.close();
       await budget.flush(); // spend increments still held in memory (lib/counters/spend-cache.ts)
     },
@@ -223,31 +205,11 @@ async function untilIdle(handler: { inFlight: number; idle(): Promise<void> }, m
   clearTimeout(timer);
 }
 
-/** Each profile's upstream key from its environment variable; a profile without one answers 503 (said once, at start). */
-function upstreamKeysFrom(config: Config, env: NodeJS.ProcessEnv, log: Logger): Map<string, string> {
-  const keys = new Map<string, string>();
-  for (const name of config.profiles.keys()) {
-    const v = env[upstreamKeyVar(name)];
-    if (v) keys.set(name, v);
-    else log.warn({ profile: name, variable: upstreamKeyVar(name) }, 'no upstream key for this profile: its requests will answer 503');
-  }
+/** Each profile's upstream key from the settings; a profile without one answers 503 (said once, at start). */
+function upstreamKeysFrom(config: Config, settings: Settings, log: Logger): Map<string, string> {
+  const { keys, missing } = upstreamKeysOf(config, settings);
+  for (const m of missing) log.warn(m, 'no upstream key for this profile: its requests will answer 503');
   return keys;
-}
-
-/** Each /v1 route with its chain, resolved once: the hot path iterates only the plugins its route runs. */
-function routeTable(plugins: Plugin[]): Map<string, RouteDef & { chain: Plugin[] }> {
-  const routes = new Map<string, RouteDef & { chain: Plugin[] }>();
-  for (const [path, def] of Object.entries(ROUTES)) routes.set(path, { ...def, chain: plugins.filter((p) => p.routes.includes(def.route)) });
-  return routes;
-}
-
-/** SLUICE_TRUSTED_PROXIES: the peers whose X-Forwarded-For is believed; unset or empty trusts none. */
-function trustedProxiesFrom(env: NodeJS.ProcessEnv): BlockList {
-  try {
-    return compileIpList((env.SLUICE_TRUSTED_PROXIES ?? '').split(','));
-  } catch (err) {
-    throw new ConfigError([`SLUICE_TRUSTED_PROXIES: ${(err as Error).message}`]);
-  }
 }
 
 /**

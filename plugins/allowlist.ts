@@ -3,19 +3,22 @@
 // A refusal is audited and counts toward the IP block like the key checks before it.
 
 import { inList } from '../lib/client-ip.ts';
-import { ALL_V1, type Plugin } from '../lib/context.ts';
+import type { Plugin } from '../lib/context.ts';
 import type { Deps } from '../lib/deps.ts';
 import { GatewayError } from '../lib/errors.ts';
+import { ALL_V1 } from '../lib/routes.ts';
 
-export function allowlist(deps: Pick<Deps, 'authFailure'>): Plugin {
+export function allowlist(deps: Pick<Deps, 'authFailure'>): Plugin<'keyed'> {
   return {
     name: 'allowlist',
     routes: ALL_V1,
+    needs: 'keyed',
+    gives: 'keyed',
     // Not async: a passing request costs no promise (only a refusal awaits its audit).
     run(ctx) {
-      const allow = ctx.key!.allow;
+      const { allow, row } = ctx.key;
       if (allow && !inList(allow, ctx.ip)) {
-        return deps.authFailure(ctx, 'ip_not_allowed', ctx.key!.row.prefix).then(() => {
+        return deps.authFailure(ctx, 'ip_not_allowed', row.prefix).then(() => {
           throw new GatewayError('ip_not_allowed');
         });
       }

@@ -3,23 +3,26 @@
 // model-resolve), 100 % → 429 with retry-after to the blocking window's reset (≥ 3600 s).
 
 import type { Budget, BudgetState } from '../lib/budget.ts';
-import type { Ctx, Plugin } from '../lib/context.ts';
+import type { Plugin, ReadCtx } from '../lib/context.ts';
 import { GatewayError } from '../lib/errors.ts';
+import { GENERATIVE } from '../lib/routes.ts';
 
-export function budget(deps: { budget: Budget }): Plugin {
+export function budget(deps: { budget: Budget }): Plugin<'read'> {
   return {
     name: 'budget',
-    routes: ['chat', 'messages', 'responses'],
+    routes: GENERATIVE,
+    needs: 'read',
+    gives: 'read',
     // The spend is known in memory after a profile's first request: no promise, no tick.
     run(ctx) {
-      const state = deps.budget.state(ctx.profile!);
+      const state = deps.budget.state(ctx.profile);
       if (state instanceof Promise) return state.then((s) => apply(ctx, s));
       apply(ctx, state);
     },
   };
 }
 
-function apply(ctx: Ctx, state: BudgetState): void {
+function apply(ctx: ReadCtx, state: BudgetState): void {
   if (state.blocked) throw new GatewayError('budget_exhausted', { headers: { 'retry-after': String(state.retryAfterS) } });
   ctx.degradation = state.degradation;
 }

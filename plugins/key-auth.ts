@@ -2,10 +2,11 @@
 // store), known, and neither revoked nor expired. Every refusal here is audited and counts toward
 // the IP block, and all of them answer the same 401 body. The key itself is never kept or logged.
 
-import { ALL_V1, type Ctx, type Plugin } from '../lib/context.ts';
+import type { Ctx, Plugin } from '../lib/context.ts';
 import type { Deps } from '../lib/deps.ts';
 import { GatewayError } from '../lib/errors.ts';
-import { displayPrefix, hashKey, parseKey } from '../lib/keys.ts';
+import { displayPrefix, hashKey, isExpired, parseKey } from '../lib/keys.ts';
+import { ALL_V1 } from '../lib/routes.ts';
 
 /** The client key from `Authorization: Bearer …` or `x-api-key` (Bearer wins when both are sent). */
 export function presentedKey(headers: Record<string, string | string[] | undefined>): string | undefined {
@@ -15,10 +16,12 @@ export function presentedKey(headers: Record<string, string | string[] | undefin
   return typeof x === 'string' && x !== '' ? x.trim() : undefined;
 }
 
-export function keyAuth(deps: Pick<Deps, 'keyCache' | 'authFailure' | 'now'>): Plugin {
+export function keyAuth(deps: Pick<Deps, 'keyCache' | 'authFailure' | 'now'>): Plugin<'open', 'keyed'> {
   return {
     name: 'key-auth',
     routes: ALL_V1,
+    needs: 'open',
+    gives: 'keyed',
     // A key in the cache is checked without a promise; a miss, or a refusal, goes the async way.
     run(ctx) {
       const key = presentedKey(ctx.req.headers);
@@ -26,7 +29,7 @@ export function keyAuth(deps: Pick<Deps, 'keyCache' | 'authFailure' | 'now'>): P
       if (key && parts) {
         const hash = hashKey(key);
         const cached = deps.keyCache.peek(hash);
-        if (cached && !cached.row.revoked_at && !(cached.row.expires_at && Date.parse(cached.row.expires_at) <= deps.now())) {
+        if (cached && !cached.row.revoked_at && !isExpired(cached.row, deps.now())) {
           ctx.key = cached;
           return;
         }
@@ -56,12 +59,12 @@ export function keyAuth(deps: Pick<Deps, 'keyCache' | 'authFailure' | 'now'>): P
     }
     const outcome = !found ? 'unknown_key'
       : found.row.revoked_at ? 'revoked_key'
-      : found.row.expires_at && Date.parse(found.row.expires_at) <= deps.now() ? 'expired_key'
+      : isExpired(found.row, deps.now()) ? 'expired_key'
       : undefined;
     if (outcome) {
       await deps.authFailure(ctx, outcome, prefix);
       throw new GatewayError('invalid_api_key');
     }
-    ctx.key = found!;
+    ctx.key = found!; // no outcome: a row was found
   }
 }

@@ -1,4 +1,4 @@
-// Model resolution, the fallback list and the output cap (CONTRACT §5; docs/rewrites.md). `sluice/<tier>`
+// Model resolution, the fallback list and the output cap (docs/rewrites.md). `sluice/<tier>`
 // and `sluice/auto` pick a tier; `claude-…`, sonnet, opus and haiku mean the profile's default
 // tier; anything else goes upstream as given. Budget degradation then forces the fast tier (and
 // 2048 tokens). A client's `models` list is resolved entry by entry, and replaced by the fast
@@ -7,10 +7,11 @@
 // the router accepts: the thinking budget follows the cap (lib/thinking-budget.ts). The body is
 // marked changed only when a value changed; each adjustment is named in `ctx.adjusted` for the log.
 
-import type { Ctx, Plugin } from '../lib/context.ts';
+import type { Plugin, ReadCtx } from '../lib/context.ts';
 import type { Deps } from '../lib/deps.ts';
 import { GatewayError } from '../lib/errors.ts';
 import { dropPaidExtras } from '../lib/paid-extras.ts';
+import { GENERATIVE } from '../lib/routes.ts';
 import { fitMessagesThinking, fitReasoning } from '../lib/thinking-budget.ts';
 
 export const DEGRADED_MAX_TOKENS = 2048;
@@ -18,23 +19,23 @@ export const DEGRADED_MAX_TOKENS = 2048;
 export const MAX_FALLBACKS = 3;
 const DEFAULT_TIER_NAMES = new Set(['sonnet', 'opus', 'haiku']);
 
-function set(ctx: Ctx, field: string, value: unknown): void {
-  if (ctx.body![field] !== value) {
-    ctx.body![field] = value;
+function set(ctx: ReadCtx, field: string, value: unknown): void {
+  if (ctx.body[field] !== value) {
+    ctx.body[field] = value;
     ctx.changed = true;
   }
 }
 
-function drop(ctx: Ctx, field: string, why: string): void {
-  if (!(field in ctx.body!)) return;
-  delete ctx.body![field];
+function drop(ctx: ReadCtx, field: string, why: string): void {
+  if (!(field in ctx.body)) return;
+  delete ctx.body[field];
   ctx.changed = true;
   ctx.adjusted.push(`${field} removed (${why})`);
 }
 
 /** Lowers (or sets) a token field to the cap; true when it changed the value. */
-function capField(ctx: Ctx, field: string, cap: number): boolean {
-  const asked = ctx.body![field];
+function capField(ctx: ReadCtx, field: string, cap: number): boolean {
+  const asked = ctx.body[field];
   if (typeof asked === 'number' && asked <= cap) return false;
   set(ctx, field, cap);
   return true;
@@ -56,7 +57,7 @@ function baseId(id: string): string {
   return colon < 0 ? id : id.slice(0, colon);
 }
 
-export function modelResolve(deps: Pick<Deps, 'config' | 'catalog' | 'auto'>): Plugin {
+export function modelResolve(deps: Pick<Deps, 'config' | 'catalog' | 'auto'>): Plugin<'read'> {
   const { tiers } = deps.config;
 
   /**
@@ -75,11 +76,13 @@ export function modelResolve(deps: Pick<Deps, 'config' | 'catalog' | 'auto'>): P
 
   return {
     name: 'model-resolve',
-    routes: ['chat', 'messages', 'responses'],
+    routes: GENERATIVE,
+    needs: 'read',
+    gives: 'read',
     // Not async: only sluice/auto waits (for its decision); every other request resolves in place.
     run(ctx) {
-      const profile = ctx.profile!;
-      const chosen = tierOf(ctx.requestedModel!, profile.default_tier, '');
+      const profile = ctx.profile;
+      const chosen = tierOf(ctx.requestedModel, profile.default_tier, '');
       // A degraded profile goes to the fast tier below: no decision worth paying for.
       if (chosen === 'auto') {
         if (ctx.degradation === 'none') return deps.auto.decide(ctx).then((decided) => apply(ctx, decided));
@@ -94,27 +97,27 @@ export function modelResolve(deps: Pick<Deps, 'config' | 'catalog' | 'auto'>): P
    * most 3. Reading stops once 3 are collected: the rest could never be sent, so however long the
    * list, the work is at most a few entries past the third distinct id (each compared with 3).
    */
-  function clientList(ctx: Ctx, list: unknown): string[] {
+  function clientList(ctx: ReadCtx, model: string, list: unknown): string[] {
     if (!Array.isArray(list)) throw new GatewayError('invalid_body', { message: '`models` must be an array of model ids.' });
     const out: string[] = [];
     for (let i = 0; i < list.length && out.length < MAX_FALLBACKS; i++) {
       const entry = list[i];
       if (typeof entry !== 'string' || entry === '') throw new GatewayError('invalid_body', { message: `\`models[${i}]\` must be a model id (a non-empty string).` });
-      const tier = tierOf(entry, ctx.profile!.default_tier, ` in models[${i}]`);
+      const tier = tierOf(entry, ctx.profile.default_tier, ` in models[${i}]`);
       // sluice/auto in the list means the model already chosen for the request.
-      const id = tier === null ? entry : tier === 'auto' ? ctx.model! : tiers.get(tier)!.model;
-      if (id !== ctx.model && !out.includes(id)) out.push(id);
+      const id = tier === null ? entry : tier === 'auto' ? model : tiers.get(tier)!.model;
+      if (id !== model && !out.includes(id)) out.push(id);
     }
     return out;
   }
 
   /** Sets the tier, the model, the fallback list and the output cap for the tier chosen. */
-  function apply(ctx: Ctx, chosen: string | null): void {
-    const body = ctx.body!;
+  function apply(ctx: ReadCtx, chosen: string | null): void {
+    const body = ctx.body;
     let tierName = chosen;
     if (ctx.degradation !== 'none') tierName = 'fast';
     const tier = tierName === null ? undefined : tiers.get(tierName)!;
-    const model = tier ? tier.model : ctx.requestedModel!;
+    const model = tier ? tier.model : ctx.requestedModel;
     ctx.tier = tierName;
     ctx.model = model;
     set(ctx, 'model', model);
@@ -129,7 +132,7 @@ export function modelResolve(deps: Pick<Deps, 'config' | 'catalog' | 'auto'>): P
     } else {
       const sent = 'models' in body;
       const list = ctx.degradation !== 'none' ? tier!.fallbacks.slice(0, MAX_FALLBACKS)
-        : sent ? clientList(ctx, body.models)
+        : sent ? clientList(ctx, model, body.models)
         : tier ? tier.fallbacks.slice(0, MAX_FALLBACKS) : [];
       if (list.length === 0) {
         if (sent) drop(ctx, 'models', ctx.degradation !== 'none' ? `degraded: ${ctx.degradation}` : 'no fallback left once resolved');
@@ -151,13 +154,13 @@ export function modelResolve(deps: Pick<Deps, 'config' | 'catalog' | 'auto'>): P
     // Output cap: min(tier max, catalog max of every model that may serve), 2048 when degraded that
     // far. An id outside the tiers that the catalog does not know (`openrouter/auto`, a preset) is
     // capped at the profile's default tier's max: every request has a cap.
-    const router = ctx.profile!.router;
+    const router = ctx.profile.router;
     let cap = tier?.max_output_tokens;
     for (const id of [model, ...fallbacks]) {
       const max = deps.catalog.maxCompletion(router, id) ?? deps.catalog.maxCompletion(router, baseId(id));
       if (max) cap = cap === undefined ? max : Math.min(cap, max);
     }
-    cap ??= tiers.get(ctx.profile!.default_tier)!.max_output_tokens;
+    cap ??= tiers.get(ctx.profile.default_tier)!.max_output_tokens;
     if (ctx.degradation === 'max-tokens') cap = Math.min(cap, DEGRADED_MAX_TOKENS);
     let lowered: boolean;
     if (ctx.dialect === 'responses') lowered = capField(ctx, 'max_output_tokens', cap);

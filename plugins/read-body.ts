@@ -5,14 +5,14 @@
 // 408, bodies that are not a JSON object with a usable string `model`, or that nest deeper than
 // anything downstream can re-serialise, answer 400; nothing goes upstream.
 
-import { PROXIED, type Ctx, type Plugin } from '../lib/context.ts';
+import type { Ctx, Plugin, ReadCtx } from '../lib/context.ts';
 import { identify } from '../lib/end-user.ts';
 import type { Deps } from '../lib/deps.ts';
 import { GatewayError } from '../lib/errors.ts';
-import type { Intake, Reservation } from '../lib/intake.ts';
+import type { Reservation } from '../lib/intake.ts';
+import { PROXIED } from '../lib/routes.ts';
 import { scanJson, type ScanLimits } from '../lib/json-scan.ts';
 import { bodyFromScan, hasDuplicateMembers } from '../lib/request-body.ts';
-import { WINDOW_S, keyWindow } from './rate-limit.ts';
 
 export const MAX_BODY_BYTES = 32 * 1024 * 1024;
 /**
@@ -86,23 +86,25 @@ function readAll(ctx: Ctx, timeoutMs: number, room: Reservation): Promise<Buffer
   });
 }
 
-export function readBody(deps: Pick<Deps, 'counters'>, opts: { timeoutMs: number; intake: Intake }): Plugin {
+export function readBody(deps: Pick<Deps, 'admission'>, opts: { timeoutMs: number }): Plugin<'profiled', 'read'> {
+  const { admission } = deps;
   return {
     name: 'read-body',
     routes: PROXIED,
+    needs: 'profiled',
+    gives: 'read',
     async run(ctx) {
       const declared = Number(ctx.req.headers['content-length']);
       if (declared > MAX_BODY_BYTES) throw new GatewayError('request_too_large');
-      const { row } = ctx.key!;
-      const limit = ctx.profile!.rate_limits.per_key_per_minute;
+      const keyId = ctx.key.row.id;
+      const limits = ctx.profile.rate_limits;
       let raw: Buffer;
       // Room for the body is taken before a byte of it is read, and given back once it is.
-      const room = opts.intake.admit(row.id, limit, declared > 0 ? declared : 0);
+      const room = admission.room(keyId, limits, declared > 0 ? declared : 0);
       try {
         raw = await readAll(ctx, opts.timeoutMs, room);
       } catch (err) {
-        // A body that never completes still counts toward its key's window (nothing awaits it).
-        deps.counters.consume(keyWindow(row.id), limit, WINDOW_S).catch(() => {});
+        admission.countAbandoned(keyId, limits);
         throw err;
       } finally {
         room.end();
@@ -124,13 +126,14 @@ export function readBody(deps: Pick<Deps, 'counters'>, opts: { timeoutMs: number
       if (scan.tooDeep) {
         throw new GatewayError('invalid_body', { message: `The request body nests arrays and objects deeper than ${MAX_DEPTH} levels.` });
       }
-      ctx.raw = raw;
-      ctx.body = body;
+      const read = ctx as ReadCtx; // the phase this plugin gives: its fields are set just below
+      read.raw = raw;
+      read.body = body;
       // A name given twice is re-encoded once, whatever the plugins change (lib/request-body.ts).
-      if (hasDuplicateMembers(body)) ctx.changed = true;
-      ctx.requestedModel = model;
-      ctx.stream = body.stream === true;
-      identify(ctx);
+      if (hasDuplicateMembers(body)) read.changed = true;
+      read.requestedModel = model;
+      read.stream = body.stream === true;
+      identify(read);
     },
   };
 }

@@ -5,7 +5,7 @@
 // `client_metadata` (Codex's ids, read by no router) goes, and is logged. Everything else passes untouched.
 // It runs before model resolution, so a refused request costs no sluice/auto decision.
 
-import type { Ctx, Plugin } from '../lib/context.ts';
+import type { Plugin } from '../lib/context.ts';
 import { GatewayError } from '../lib/errors.ts';
 import { memberKind, someEntryWith } from '../lib/request-body.ts';
 
@@ -35,12 +35,14 @@ function offOnly(body: Record<string, any>, field: 'store' | 'background'): void
   refuse(`\`${field}\` must be a boolean.`);
 }
 
-export function sanitizeResponses(): Plugin {
+export function sanitizeResponses(): Plugin<'read'> {
   return {
     name: 'sanitize-responses',
     routes: ['responses'],
-    run(ctx: Ctx) {
-      const body = ctx.body!;
+    needs: 'read',
+    gives: 'read',
+    run(ctx) {
+      const body = ctx.body;
       if (body.previous_response_id !== undefined && body.previous_response_id !== null) refuse(REFUSE.previous_response_id);
       if (body.conversation !== undefined && body.conversation !== null) refuse(REFUSE.conversation);
       offOnly(body, 'store');

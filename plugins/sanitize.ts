@@ -41,12 +41,14 @@ export function mergeTurns(messages: unknown[]): unknown[] {
   return out;
 }
 
-export function sanitize(): Plugin {
+export function sanitize(): Plugin<'read'> {
   return {
     name: 'sanitize',
     routes: ['messages'],
+    needs: 'read',
+    gives: 'read',
     run(ctx) {
-      const body = ctx.body!;
+      const body = ctx.body;
       const removed = ctx.removed;
       if (body.thinking && typeof body.thinking === 'object' && body.thinking.type === 'adaptive') {
         delete body.thinking;

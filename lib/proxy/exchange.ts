@@ -9,7 +9,7 @@
 
 import type { ClientRequest, IncomingMessage, ServerResponse } from 'node:http';
 import { rowCost, type Catalog, type Prices } from '../catalog.ts';
-import type { Ctx } from '../context.ts';
+import type { ReadCtx } from '../context.ts';
 import { GatewayError, renderError, streamErrorEvent, type ErrorCode } from '../errors.ts';
 import type { Outcome, RequestRow } from '../store/store.ts';
 import type { OpenList } from './open-list.ts';
@@ -39,7 +39,7 @@ export interface ExchangeCore {
 const STRIP_RESPONSE = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'trailer']);
 
 export class Exchange {
-  readonly ctx: Ctx;
+  readonly ctx: ReadCtx;
   readonly core: ExchangeCore;
   /** performance.now() when the upstream request got its socket. */
   sentAt = 0;
@@ -76,7 +76,7 @@ export class Exchange {
   /** Destroys a client socket that has not taken its response's end in time (see closeWithin). */
   endTimer: NodeJS.Timeout | null = null;
 
-  constructor(ctx: Ctx, core: ExchangeCore) {
+  constructor(ctx: ReadCtx, core: ExchangeCore) {
     this.ctx = ctx;
     this.core = core;
     (ctx.req as Tagged<IncomingMessage>)[EXCHANGE] = this;
@@ -227,7 +227,7 @@ export class Exchange {
     }
     // No tap: the exchange ended before any response (a client gone first, an upstream down).
     const u = this.tap?.finish() ?? usageOf(ctx.dialect, undefined);
-    const profile = ctx.profile!;
+    const profile = ctx.profile;
     // The tier's prices; for a model outside the tiers the catalog's; failing both, the profile's default tier's.
     const prices = (ctx.tier ? core.tierPrices.get(ctx.tier) : ctx.model ? core.catalog.prices(profile.router, ctx.model) : undefined)
       ?? core.tierPrices.get(profile.default_tier);
@@ -240,9 +240,9 @@ export class Exchange {
     core.record({
       id: ctx.id,
       ts: new Date(core.now()).toISOString(),
-      endpoint: ctx.route as RequestRow['endpoint'],
-      profile: ctx.profile!.name,
-      key_prefix: ctx.key!.row.prefix,
+      endpoint: ctx.route,
+      profile: profile.name,
+      key_prefix: ctx.key.row.prefix,
       end_user: ctx.endUser,
       session: ctx.session,
       run: ctx.run,

@@ -14,26 +14,27 @@ const ROOT = join(import.meta.dirname, '../..');
  * The layers, deepest first. A module may import its own rank or any deeper one. Why each sits
  * where it does:
  * - leaves: plain data and helpers that import nothing of sluice but the error catalogue (errors,
- *   config, the body scan, the thinking budget rules, the paid extras, the room for bodies arriving). The simulated router is its own world: it imports none of the gateway.
+ *   config, the settings, the body scan, the thinking budget rules, the paid extras, the room for bodies arriving). The simulated router is its own world: it imports none of the gateway.
  * - store and counters: the two backings; the store keeps the rollups in the insert's transaction.
  * - recorder: rows queued for the store.
  * - budget, the router side (catalog, lib/upstream: ring 1's loops use the budget).
- * - proxy: the streaming core and the usage tap, with the per-request context it reads (and the key cache, which caches that context's key).
+ * - proxy: the streaming core and the usage tap, with the per-request context it reads (and the key cache, which caches that context's key);
+ *   admission: the IP block, the rate-limit windows, the room for bodies and the spend read, over the counters and the budget.
  * - auto: the decision model's call (it reads usage with the proxy's tap); deps: the types plugins see.
- * - plugins: the chain.
- * - board: the summary, page and metrics (reads the store, the budget, the IP block state).
+ * - board: the summary, page and metrics (reads the store, the budget, the IP block's state through admission).
+ * - plugins: the chain (readers of admission, the budget, the catalog; the board needs none of them).
  * - handler: one request; server: the wiring; cli: the commands.
  */
 export const RANKS: Array<[rank: number, prefixes: string[]]> = [
-  [0, ['lib/errors.ts', 'lib/log.ts', 'lib/config.ts', 'lib/keys.ts', 'lib/json-scan.ts', 'lib/request-body.ts', 'lib/client-ip.ts', 'lib/thinking-budget.ts', 'lib/paid-extras.ts', 'lib/intake.ts', 'lib/sim/']],
+  [0, ['lib/errors.ts', 'lib/log.ts', 'lib/config.ts', 'lib/settings.ts', 'lib/keys.ts', 'lib/json-scan.ts', 'lib/request-body.ts', 'lib/client-ip.ts', 'lib/thinking-budget.ts', 'lib/paid-extras.ts', 'lib/intake.ts', 'lib/routes.ts', 'lib/sim/']],
   [1, ['lib/store/', 'lib/counters/']],
   [2, ['lib/recorder.ts']],
   [3, ['lib/budget.ts', 'lib/upstream/', 'lib/catalog.ts']],
-  [4, ['lib/context.ts', 'lib/end-user.ts', 'lib/key-cache.ts', 'lib/proxy/']],
+  [4, ['lib/context.ts', 'lib/end-user.ts', 'lib/key-cache.ts', 'lib/admission.ts', 'lib/proxy/']],
   [5, ['lib/auto.ts']],
   [6, ['lib/deps.ts']],
-  [7, ['plugins/']],
-  [8, ['lib/board/']],
+  [7, ['lib/board/']],
+  [8, ['plugins/']],
   [9, ['lib/handler.ts']],
   [10, ['lib/server.ts']],
   [11, ['cli/']],

@@ -1,4 +1,4 @@
-// The auth chain end to end (spec "Authentication" steps 1–6, CONTRACT §3, §5, §7): the five 401s
+// The auth chain end to end (spec "Authentication" steps 1–6, docs/http.md "The auth chain"): the five 401s
 // with one body per dialect, the key lookup cache (no store lookup for malformed keys, unknown keys
 // cached, last_used_at on a miss), revocation and expiry within 60 s, allowlists behind trusted and
 // untrusted peers, profile_removed and upstream_key_missing, the order of the steps, and the audit
@@ -16,7 +16,8 @@ import { CATALOGUE } from '../../lib/errors.ts';
 import { displayPrefix, generateKey, hashKey } from '../../lib/keys.ts';
 import { createLogger } from '../../lib/log.ts';
 import { createGateway } from '../../lib/server.ts';
-import { authFailureBucket } from '../../plugins/ip-block.ts';
+import { readSettings } from '../../lib/settings.ts';
+import { Admission } from '../../lib/admission.ts';
 import type { AuditRow, KeyRow, Store } from '../../lib/store/store.ts';
 import { startHarness, TIERS_YAML, UPSTREAM_KEYS, type Harness } from '../helpers/gateway.ts';
 import { readReply, trackAudits, type Reply } from '../helpers/upstream.ts';
@@ -29,7 +30,7 @@ const STORES = ['sqlite', 'postgres'] as const;
 /** sluice behind a front proxy on loopback: client addresses arrive as X-Forwarded-For from 127.0.0.0/8. */
 const BEHIND_PROXY = { SLUICE_TRUSTED_PROXIES: '127.0.0.1/8,::1' };
 
-/** The error types of CONTRACT §5, written out here so a wrong catalogue entry fails. */
+/** The error types of docs/http.md, written out here so a wrong catalogue entry fails. */
 const TYPES: Record<Refusal, { status: number; messages: string; chat: string }> = {
   invalid_api_key: { status: 401, messages: 'authentication_error', chat: 'invalid_api_key' },
   ip_not_allowed: { status: 403, messages: 'permission_error', chat: 'permission_error' },
@@ -359,7 +360,7 @@ for (const storeKind of STORES) {
     t.teardown(() => counters2.close());
     const second = await createGateway({
       config: loadConfig(dir), store: h.store, counters: counters2, log: createLogger('silent'), dataDir: h.dataDir,
-      env: { ...BEHIND_PROXY, SLUICE_UPSTREAM_KEY_DEV: UPSTREAM_KEYS.dev, SLUICE_UPSTREAM_KEY_ASSISTANT: UPSTREAM_KEYS.assistant },
+      settings: readSettings({ ...BEHIND_PROXY, SLUICE_UPSTREAM_KEY_DEV: UPSTREAM_KEYS.dev, SLUICE_UPSTREAM_KEY_ASSISTANT: UPSTREAM_KEYS.assistant }),
       now: () => h.clock.now, loadCatalog: false,
     });
     const addr = await second.listen('127.0.0.1', 0);
@@ -379,7 +380,7 @@ for (const storeKind of STORES) {
     await refused(t, h, 'chat', 'upstream_key_missing', { key: nokey, path: '/v1/models' });
     t.equal((await s.audit()).length, before, 'no audit row for 403 profile_removed or 503');
     for (const ip of ips) {
-      const v = await counters.peek(authFailureBucket(ip), 19, 600, { blockS: 600 });
+      const v = await new Admission({ counters, budget: { spendKeys: () => ['', ''], observe: () => {} } }).failures(ip);
       t.equal(v.count, 0, `${ip}: nothing counted toward the IP block`);
     }
     // The first gateway still serves the profile it has.

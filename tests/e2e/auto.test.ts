@@ -1,4 +1,4 @@
-// `sluice/auto` end to end (CONTRACT §6): one decision request to the decision model on the sim
+// `sluice/auto` end to end (docs/http.md): one decision request to the decision model on the sim
 // (profile's key, ladder names and the conversation's excerpt in the prompt, the client's x-sim
 // header not passed on), the reply read leniently, the tier used for the real request, the
 // decision kept per session (x-sluice-session or the Claude Code session), none without a

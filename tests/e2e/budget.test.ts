@@ -1,4 +1,4 @@
-// Budget degradation end to end (spec "Budget degradation", CONTRACT §5) on profile `tiny`
+// Budget degradation end to end (spec "Budget degradation", docs/http.md) on profile `tiny`
 // (0.001 USD a day, 0.02 a month) with the harness clock: below 70 % nothing changes, from 70 %
 // every request goes to the fast tier, from 85 % also max_tokens 2048, at 100 % a 429 with
 // retry-after to the blocking window's reset; count_tokens is never checked; midnight and the 1st
@@ -87,7 +87,7 @@ function secondsTo(now: number, reset: string): number {
   return Math.max(3600, Math.ceil((Date.parse(reset) - now) / 1000));
 }
 
-/** The budget 429 in the chat dialect (CONTRACT §5). */
+/** The budget 429 in the chat dialect (docs/http.md). */
 async function chatBlocked(t: Test, res: Response, retryAfter: number, what: string): Promise<void> {
   t.equal(res.status, 429, what);
   t.equal(res.headers.get('retry-after'), String(retryAfter), `${what}: retry-after ${retryAfter}`);

@@ -1,4 +1,4 @@
-// CONTRACT §5 "Error bodies", row by row: every condition of the table in all three dialects
+// docs/http.md "Errors", row by row: every condition of the table in all three dialects
 // (the Responses API writes chat's envelope) against both store backings, each answered with the
 // table's status, exactly the dialect's body shape with the table's type/code, the table's headers
 // (and no retry header the table does not list), and, for every refusal sluice makes itself,
@@ -33,7 +33,7 @@ interface Entry {
   shouldRetryFalse: boolean;
 }
 
-// The table of CONTRACT §5, written out here (not read from lib/errors.ts) so the test holds the contract.
+// The table of docs/http.md, written out here (not read from lib/errors.ts) so the test holds the contract.
 const TABLE = {
   ip_blocked: { status: 429, messagesType: 'rate_limit_error', chatType: 'rate_limit_error', code: 'ip_blocked', retryAfter: '600', shouldRetryFalse: false },
   invalid_api_key: { status: 401, messagesType: 'authentication_error', chatType: 'invalid_api_key', code: 'invalid_api_key', retryAfter: null, shouldRetryFalse: true },

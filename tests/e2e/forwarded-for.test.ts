@@ -10,7 +10,6 @@ import t from 'tap';
 import type { Test } from 'tap';
 import { CATALOGUE } from '../../lib/errors.ts';
 import { generateKey } from '../../lib/keys.ts';
-import { authFailureState } from '../../plugins/ip-block.ts';
 import { startHarness, type Harness } from '../helpers/gateway.ts';
 import { readReply, trackAudits, type Reply } from '../helpers/upstream.ts';
 
@@ -70,8 +69,8 @@ t.test('default settings: a loopback peer forging X-Forwarded-For is judged by i
   const r = await call(h, { key: valid, xff: '198.18.1.1' });
   t.equal(r.status, 429, 'the loopback peer is blocked whatever address it claims next');
   t.equal(r.json.error.code, 'ip_blocked');
-  t.equal((await authFailureState(h.gateway.deps.counters, '127.0.0.1')).allowed, false, 'the block is on 127.0.0.1');
-  t.equal((await authFailureState(h.gateway.deps.counters, '198.18.0.1')).allowed, true, 'no forged address was counted');
+  t.equal((await h.gateway.deps.admission.failures('127.0.0.1')).allowed, false, 'the block is on 127.0.0.1');
+  t.equal((await h.gateway.deps.admission.failures('198.18.0.1')).allowed, true, 'no forged address was counted');
 });
 
 t.test('behind a trusted proxy: every spelling of a blocked address is blocked', async (t) => {
@@ -105,7 +104,7 @@ t.test('behind a trusted proxy: ip:port values are distinct clients, not the pro
   t.equal((await call(h, { key, xff: '203.0.113.31:1111' })).status, 200, 'another address with the same port is served');
   t.equal((await call(h, { key, xff: '[2001:db8::31]:1111' })).status, 200, 'a bracketed IPv6 with a port is served');
   t.equal((await call(h, { key })).status, 200, 'the proxy itself was never counted');
-  t.equal((await authFailureState(h.gateway.deps.counters, '127.0.0.1')).allowed, true);
+  t.equal((await h.gateway.deps.admission.failures('127.0.0.1')).allowed, true);
 });
 
 t.test('behind a trusted proxy: an X-Forwarded-For that cannot be read is a 400 in the dialect', async (t) => {
@@ -128,5 +127,5 @@ t.test('behind a trusted proxy: an X-Forwarded-For that cannot be read is a 400 
   t.equal((await call(h, { key, xff: 'junk, 198.51.100.9' })).status, 200);
   t.equal(h.sim.received.length, before + 1, 'nothing refused reached the upstream');
   t.same(await audit(), [], 'a refused header is no auth failure');
-  t.equal((await authFailureState(h.gateway.deps.counters, '127.0.0.1')).allowed, true);
+  t.equal((await h.gateway.deps.admission.failures('127.0.0.1')).allowed, true);
 });

@@ -1,7 +1,7 @@
 // Seeded fuzzing of the live gateway: random bytes and random JSON as bodies, valid chat/messages/
 // responses bodies with fields replaced by hostile values (stateful Responses fields included), random credential/session/forwarding headers and
 // random paths and methods. Property: every case is answered (status < 600, no hang), a sluice error
-// on /v1 is the CONTRACT §5 body of the right dialect (an upstream error passes in the sim's
+// on /v1 is the docs/http.md body of the right dialect (an upstream error passes in the sim's
 // shape), nothing fails inside the gateway, and a valid request still succeeds after the run.
 
 import http from 'node:http';

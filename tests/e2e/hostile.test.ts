@@ -1,7 +1,7 @@
 // Hostile input against the live gateway: bodies that are not usable JSON, deep nesting, bad
 // UTF-8, oversized and stalled bodies, clients that vanish, malformed and smuggling-shaped HTTP,
 // unknown paths and methods, pipelining. Each group proves the process neither crashes nor hangs,
-// answers in the request's dialect (CONTRACT §5), sends nothing upstream for a refused request and
+// answers in the request's dialect (docs/http.md), sends nothing upstream for a refused request and
 // still serves a valid request afterwards. Raw sockets carry what fetch would refuse to send.
 
 import { once } from 'node:events';
@@ -17,7 +17,7 @@ const DIALECTS: readonly Dialect[] = ['chat', 'messages', 'responses'];
 const PATH: Record<Dialect, string> = { chat: '/v1/chat/completions', messages: '/v1/messages', responses: '/v1/responses' };
 const MiB = 1024 * 1024;
 
-/** CONTRACT §5: status, chat type (also the Responses API's) and messages type of each refusal these tests provoke. */
+/** docs/http.md: status, chat type (also the Responses API's) and messages type of each refusal these tests provoke. */
 const EXPECT = {
   invalid_body: { status: 400, chat: 'invalid_request_error', messages: 'invalid_request_error' },
   request_too_large: { status: 413, chat: 'invalid_request_error', messages: 'invalid_request_error' },
@@ -81,7 +81,7 @@ function request(s: Setup, method: string, path: string, headers: Record<string,
   });
 }
 
-/** Asserts a complete sluice error body of `dialect` for `code`, exactly as CONTRACT §5 draws it. */
+/** Asserts a complete sluice error body of `dialect` for `code`, exactly as docs/http.md draws it. */
 function expectError(t: Test, r: { status: number; text: string }, dialect: Dialect, code: Code, what = ''): void {
   const want = EXPECT[code];
   t.equal(r.status, want.status, `${what} status ${want.status}`);

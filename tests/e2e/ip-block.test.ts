@@ -9,7 +9,8 @@ import { MemoryCounters } from '../../lib/counters/memory.ts';
 import { CATALOGUE } from '../../lib/errors.ts';
 import { generateKey } from '../../lib/keys.ts';
 import type { Store } from '../../lib/store/store.ts';
-import { AUTH_FAILURE_LIMIT, AUTH_FAILURE_OPTS, AUTH_FAILURE_WINDOW_S, authFailureBucket, authFailureState } from '../../plugins/ip-block.ts';
+import { Admission, AUTH_FAILURE_LIMIT, AUTH_FAILURE_WINDOW_S } from '../../lib/admission.ts';
+import type { Counters } from '../../lib/counters/counters.ts';
 import { startHarness, type Harness } from '../helpers/gateway.ts';
 import { readReply, trackAudits, type Reply } from '../helpers/upstream.ts';
 
@@ -79,12 +80,23 @@ function auditOf(store: Store) {
   };
 }
 
+/** The IP block's windows over `counters` (the budget's spend read is not used here). */
+function ipWindows(counters: Counters): Admission {
+  return new Admission({ counters, budget: { spendKeys: () => ['', ''], observe: () => {} } });
+}
+
 t.test('the block is 20 failures in a 600 s window, for 600 s', async (t) => {
   t.equal(AUTH_FAILURE_WINDOW_S, 600);
-  t.equal(AUTH_FAILURE_OPTS.blockS, 600);
   t.equal(AUTH_FAILURE_LIMIT, 20);
-  t.equal(authFailureBucket('203.0.113.1'), authFailureBucket('203.0.113.1'));
-  t.not(authFailureBucket('203.0.113.1'), authFailureBucket('203.0.113.2'));
+  const counters = new MemoryCounters();
+  t.teardown(() => counters.close());
+  const admission = ipWindows(counters);
+  for (let i = 0; i < 19; i++) t.equal((await admission.countAuthFailure('203.0.113.1')).allowed, true);
+  t.equal((await admission.countAuthFailure('203.0.113.1')).allowed, false, 'the 20th failure blocks');
+  const v = await admission.failures('203.0.113.1');
+  t.ok(!v.allowed && v.msLeft > 590_000, 'for the 600 s window');
+  t.equal((await admission.failures('203.0.113.2')).allowed, true, 'another address is its own window');
+  t.equal(admission.blockedHere('203.0.113.1'), true, 'and this process refuses it from memory');
 });
 
 for (const storeKind of STORES) {
@@ -103,7 +115,7 @@ for (const storeKind of STORES) {
     await isBlocked(t, h, key, ip);
     // A blocked request never reaches the key check: no further audit rows, no further counting.
     t.equal((await audit(ip)).length, 20, 'twenty audit rows, none for the blocked requests');
-    const v = await authFailureState(counters, ip);
+    const v = await h.gateway.deps.admission.failures(ip);
     t.equal(v.allowed, false, 'the counters hold the block');
     t.ok(v.msLeft > 590_000 && v.msLeft <= 600_000, `blocked for the 600 s window (${v.msLeft} ms left)`);
     // The same address through a chain of trusted proxies is still that address.
@@ -130,7 +142,7 @@ for (const storeKind of STORES) {
     for (const ip of ['2001:db8:1:2::a', '2001:db8:1:2::1234', '2001:db8:1:2:abcd:abcd:abcd:abcd']) await isBlocked(t, h, key, ip);
     // The neighbouring /64s are another count.
     for (const ip of ['2001:db8:1:3::1', '2001:db8:1:1:ffff:ffff:ffff:ffff', '2001:db8::1']) await isServed(t, h, key, ip);
-    const v = await authFailureState(h.gateway.deps.counters, '2001:db8:1:2::5');
+    const v = await h.gateway.deps.admission.failures('2001:db8:1:2::5');
     t.equal(v.allowed, false, 'one bucket for the /64');
   });
 }

@@ -48,7 +48,7 @@ function closedWhere(sim: SimulatedRouter, pred: (r: SimRequest) => boolean): Pr
 
 const isInference = (r: SimRequest): boolean => r.path === UPSTREAM_PATH.chat || r.path === UPSTREAM_PATH.messages;
 
-/** The error body of CONTRACT §5 for an upstream failure sluice answers itself. */
+/** The error body of docs/http.md for an upstream failure sluice answers itself. */
 function contractError(dialect: Dialect, code: 'upstream_unreachable' | 'upstream_timeout', message: string) {
   return dialect === 'messages'
     ? { type: 'error', error: { type: 'api_error', message } }
@@ -164,7 +164,7 @@ t.test('concurrent streams in both dialects never cross', async (t) => {
   for (const row of rows) t.match(row, { outcome: 'ok', output_tokens: 4 });
 });
 
-t.test('router unreachable: 502 in each dialect, the CONTRACT body, a row', async (t) => {
+t.test('router unreachable: 502 in each dialect, the documented body, a row', async (t) => {
   const { h, key } = await setup(t);
   await h.sim.close();
   for (const dialect of DIALECTS) {

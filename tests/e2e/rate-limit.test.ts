@@ -1,4 +1,4 @@
-// Rate limits end to end (spec "Limits", CONTRACT §5), on memory and on Redis counters: the 61st
+// Rate limits end to end (spec "Limits", docs/http.md), on memory and on Redis counters: the 61st
 // request in a minute from one key and the 11th from one (key, end user) answer 429 with
 // retry-after 5 in the request's dialect and reach nothing upstream; other end users and other
 // keys still pass; requests without an end user count toward the key only; a profile's own

@@ -1,4 +1,4 @@
-// Scale-out (CONTRACT §2): two real `sluice serve` processes on one Postgres and one Redis act as
+// Scale-out (docs/operation.md): two real `sluice serve` processes on one Postgres and one Redis act as
 // one gateway. The key and (key, end user) rate limits, the IP block, the budget state and key
 // revocation hold jointly across them, and both write their rows into the one database.
 // Postgres without Redis starts a single instance and says so.

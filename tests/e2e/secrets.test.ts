@@ -1,4 +1,4 @@
-// Secrets never leak (CONTRACT §5 "Secrets"): after a full session through the gateway (keys made,
+// Secrets never leak (docs/http.md): after a full session through the gateway (keys made,
 // chat and messages served streamed and not, every kind of auth refusal, upstream errors, a key
 // revoked), no client key or token and no upstream key appears in the logs, the stored rows, the
 // SQLite files, or any response the client got; and the upstream never saw a client key.

@@ -1,4 +1,4 @@
-// End user and auto session of a request (CONTRACT §6): chat `user`, messages `metadata.user_id`,
+// End user and auto session of a request (docs/http.md): chat `user`, messages `metadata.user_id`,
 // Claude Code blobs (JSON and the older `user_…_session_<uuid>`) reduced to `cc:<session>`, the
 // `x-claude-code-session-id` header winning without the body being read, and `x-sluice-session`
 // as the auto session. Unit-level on a Ctx-like object, then the rows written end to end.

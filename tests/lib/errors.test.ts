@@ -1,4 +1,4 @@
-// The error catalogue (CONTRACT §5): every entry rendered through a real HTTP response in all three
+// The error catalogue (docs/http.md): every entry rendered through a real HTTP response in all three
 // dialects has the contract's status, headers and body (parsed and compared field by field; the
 // Responses API uses the chat envelope), a custom message replaces only the text, and
 // streamErrorEvent is parseable SSE in each dialect's shape (Responses: `error`, then
@@ -10,7 +10,7 @@ import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import t from 'tap';
 import { CATALOGUE, errorBody, GatewayError, renderError, streamErrorEvent, type Dialect, type ErrorCode } from '../../lib/errors.ts';
 
-// CONTRACT §5 written out: status, messages type, chat type, headers.
+// docs/http.md written out: status, messages type, chat type, headers.
 const CONTRACT: Partial<Record<ErrorCode, { status: number; messagesType: string; chatType: string; headers: Record<string, string> }>> = {
   ip_blocked: { status: 429, messagesType: 'rate_limit_error', chatType: 'rate_limit_error', headers: { 'retry-after': '600' } },
   invalid_api_key: { status: 401, messagesType: 'authentication_error', chatType: 'invalid_api_key', headers: { 'x-should-retry': 'false' } },

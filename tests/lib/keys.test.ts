@@ -1,4 +1,4 @@
-// The client key format (CONTRACT §1): generated keys match the contract's regex with a
+// The client key format (docs/operation.md, "Client keys"): generated keys match the contract's regex with a
 // 32-character base62 token and never repeat; parseKey refuses every other shape; the display
 // prefix shows only the last four token characters; hashKey is the lower-case hex sha256.
 
@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto';
 import t from 'tap';
 import { displayPrefix, generateKey, hashKey, KEY_RE, parseKey } from '../../lib/keys.ts';
 
-// Written out from CONTRACT §1, not imported, so a drift in lib/keys.ts shows here.
+// Written out from docs/operation.md, not imported, so a drift in lib/keys.ts shows here.
 const CONTRACT_KEY_RE = /^sluice_([a-z][a-z0-9-]{0,31})_([A-Za-z0-9]{32})$/;
 const TOKEN = 'Ab3dEf6hIj9lMn2pQr5tUv8xYz1bCd4F';
 

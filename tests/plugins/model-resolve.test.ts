@@ -1,4 +1,4 @@
-// Model resolution, the chat fallback list and the max_tokens cap (CONTRACT §5, spec "Request
+// Model resolution, the chat fallback list and the max_tokens cap (docs/http.md, spec "Request
 // processing rules" 2–4): unit-level against a Ctx-like object with a stub catalog, then end to
 // end through the gateway and the simulated router (what the sim received, the x-sluice-* headers
 // and the row's tier / requested_model / model), including byte identity of an untouched body.

@@ -5,12 +5,12 @@
 
 import { PassThrough } from 'node:stream';
 import t from 'tap';
-import type { Ctx } from '../../lib/context.ts';
+import type { ReadCtx } from '../../lib/context.ts';
+import { Admission } from '../../lib/admission.ts';
 import { GatewayError } from '../../lib/errors.ts';
 import { MemoryCounters } from '../../lib/counters/memory.ts';
 import { Intake } from '../../lib/intake.ts';
 import { BODY_LIMITS, MAX_BODY_BYTES, MAX_DEPTH, readBody } from '../../plugins/read-body.ts';
-import { keyWindow, WINDOW_S } from '../../plugins/rate-limit.ts';
 
 const MiB = 1024 * 1024;
 
@@ -27,26 +27,30 @@ function fakeReq(headers: Record<string, string> = {}): FakeReq {
   return req;
 }
 
-function ctxFor(req: FakeReq, dialect: 'chat' | 'messages' = 'chat'): Ctx {
+function ctxFor(req: FakeReq, dialect: 'chat' | 'messages' = 'chat'): ReadCtx {
   return {
-    id: 'test', req: req as unknown as Ctx['req'], res: {} as Ctx['res'], route: dialect, dialect, t0: 0, ip: '127.0.0.1',
+    id: 'test', req: req as unknown as ReadCtx['req'], res: {} as ReadCtx['res'], route: dialect, dialect, t0: 0, ip: '127.0.0.1',
     changed: false, stream: false, endUser: null, session: null, run: null, requestedModel: null, tier: null, model: null,
     degradation: 'none', removed: [], adjusted: [],
     key: { row: { id: 1 }, allow: undefined }, profile: { rate_limits: { per_key_per_minute: 60, per_user_per_minute: 10 } },
-  } as unknown as Ctx;
+  } as unknown as ReadCtx;
 }
 
 const counters = new MemoryCounters();
 t.teardown(() => counters.close());
-const intake = new Intake();
+/** The admission unit over these counters, with room for bodies as `intake` gives it (the budget's spend read is not used here). */
+function admissionWith(intake = new Intake()): Admission {
+  return new Admission({ counters, budget: { spendKeys: () => ['', ''], observe: () => {} }, intake });
+}
+const admission = admissionWith();
 
 /** The plugin's run as a promise (run() may return void for synchronous plugins; this one never does). */
 function start(req: FakeReq, timeoutMs: number, dialect: 'chat' | 'messages' = 'chat', ctx = ctxFor(req, dialect)): Promise<void> {
-  return Promise.resolve(readBody({ counters }, { timeoutMs, intake }).run(ctx));
+  return Promise.resolve(readBody({ admission }, { timeoutMs }).run(ctx));
 }
 
 /** Runs the plugin on a request that sends `body` in the given pieces and ends. */
-async function run(body: string | Buffer | Array<string | Buffer>, opts: { headers?: Record<string, string>; dialect?: 'chat' | 'messages'; timeoutMs?: number } = {}): Promise<Ctx> {
+async function run(body: string | Buffer | Array<string | Buffer>, opts: { headers?: Record<string, string>; dialect?: 'chat' | 'messages'; timeoutMs?: number } = {}): Promise<ReadCtx> {
   const req = fakeReq(opts.headers);
   const ctx = ctxFor(req, opts.dialect);
   const pending = start(req, opts.timeoutMs ?? 5_000, opts.dialect, ctx);
@@ -215,7 +219,7 @@ t.test("a key's bodies arriving at once are bounded before they are read", async
     const ctx = ctxFor(req);
     (ctx.key!.row as { id: number }).id = keyId;
     (ctx.profile as { rate_limits: { per_key_per_minute: number } }).rate_limits.per_key_per_minute = perMinute;
-    return Promise.resolve(readBody({ counters }, { timeoutMs: 5_000, intake: small }).run(ctx));
+    return Promise.resolve(readBody({ admission: admissionWith(small) }, { timeoutMs: 5_000 }).run(ctx));
   };
   const declared = fakeReq({ 'content-length': '1001' });
   declared.write('{"model":"x"}');
@@ -257,10 +261,13 @@ t.test('a body that never completes counts toward its key\'s window', async (t) 
   const req = fakeReq();
   const ctx = ctxFor(req);
   (ctx.key!.row as { id: number }).id = 77;
-  const pending = Promise.resolve(readBody({ counters }, { timeoutMs: 5_000, intake }).run(ctx));
+  const limits = { per_key_per_minute: 1, per_user_per_minute: 1 };
+  (ctx.profile as { rate_limits: typeof limits }).rate_limits = limits;
+  const pending = Promise.resolve(readBody({ admission }, { timeoutMs: 5_000 }).run(ctx));
+  t.equal(admission.keyFullHere(77, limits), false);
   req.write('{"model":');
   req.destroy();
   await t.rejects(pending);
-  const v = await counters.peek(keyWindow(77), 60, WINDOW_S);
-  t.equal(v.count, 1);
+  await new Promise((resolve) => setImmediate(resolve)); // the memory counters' consume settles in this turn
+  t.equal(admission.keyFullHere(77, limits), true, 'the abandoned body filled the window of one');
 });

@@ -4,7 +4,7 @@
 // removed, its `input` judged from the scan and never decoded, and every other member's bytes kept.
 
 import t from 'tap';
-import type { Ctx } from '../../lib/context.ts';
+import type { ReadCtx } from '../../lib/context.ts';
 import { GatewayError } from '../../lib/errors.ts';
 import { scanJson } from '../../lib/json-scan.ts';
 import { bodyFromScan, encodeBody } from '../../lib/request-body.ts';
@@ -12,11 +12,11 @@ import { sanitizeResponses } from '../../plugins/sanitize-responses.ts';
 
 const plugin = sanitizeResponses();
 
-/** A Ctx whose body was read from bytes the way plugins/read-body.ts reads it. */
-function fromBytes(json: string): Ctx {
+/** A context whose body was read from bytes the way plugins/read-body.ts reads it. */
+function fromBytes(json: string): ReadCtx {
   const raw = Buffer.from(json);
   const scan = scanJson(raw, { maxDepth: 512, watch: new Set(['messages', 'tools', 'input']), entryKeys: ['role', 'type', 'strict', 'defer_loading'] })!;
-  return { id: 'unit', dialect: 'responses', route: 'responses', raw, body: bodyFromScan(raw, scan), changed: false, removed: [] as string[] } as unknown as Ctx;
+  return { id: 'unit', dialect: 'responses', route: 'responses', raw, body: bodyFromScan(raw, scan), changed: false, removed: [] as string[] } as unknown as ReadCtx;
 }
 
 function refusal(body: Record<string, unknown>): GatewayError | undefined {
@@ -109,9 +109,9 @@ t.test('wrong types answer 400 without decoding a large input', async (t) => {
 });
 
 t.test('a body built in code (no scan) is judged the same way', async (t) => {
-  const ctx = { id: 'unit', dialect: 'responses', route: 'responses', body: { model: 'm', input: [{ type: 'item_reference', id: 'x' }] }, changed: false, removed: [] } as unknown as Ctx;
+  const ctx = { id: 'unit', dialect: 'responses', route: 'responses', body: { model: 'm', input: [{ type: 'item_reference', id: 'x' }] }, changed: false, removed: [] } as unknown as ReadCtx;
   t.throws(() => plugin.run(ctx), { code: 'invalid_body' });
-  const ok = { id: 'unit', dialect: 'responses', route: 'responses', body: structuredClone(codex), changed: false, removed: [] as string[] } as unknown as Ctx;
+  const ok = { id: 'unit', dialect: 'responses', route: 'responses', body: structuredClone(codex), changed: false, removed: [] as string[] } as unknown as ReadCtx;
   plugin.run(ok);
   t.same(ok.removed, ['client_metadata']);
 });

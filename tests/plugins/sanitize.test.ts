@@ -1,17 +1,17 @@
-// The messages-dialect sanitizer (spec "Request processing rules" 6, CONTRACT §5), row by row of
+// The messages-dialect sanitizer (spec "Request processing rules" 6, docs/http.md), row by row of
 // the spec table on a Ctx-like object; then end to end through /v1/messages: what the simulated
 // router received, the one log line per request naming the removals, and byte identity of a
 // body that needs no change.
 
 import t from 'tap';
-import type { Ctx } from '../../lib/context.ts';
+import type { ReadCtx } from '../../lib/context.ts';
 import { sanitize } from '../../plugins/sanitize.ts';
 import { startHarness, type Harness } from '../helpers/gateway.ts';
 
 const plugin = sanitize();
 
-function run(body: Record<string, any>): Ctx {
-  const ctx = { id: 'unit', dialect: 'messages', route: 'messages', body, changed: false, removed: [] as string[] } as unknown as Ctx;
+function run(body: Record<string, any>): ReadCtx {
+  const ctx = { id: 'unit', dialect: 'messages', route: 'messages', body, changed: false, removed: [] as string[] } as unknown as ReadCtx;
   plugin.run(ctx);
   return ctx;
 }

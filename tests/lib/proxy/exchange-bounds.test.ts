@@ -14,7 +14,7 @@ import net, { type AddressInfo } from 'node:net';
 import t, { type Test } from 'tap';
 import type { Catalog } from '../../../lib/catalog.ts';
 import type { Config } from '../../../lib/config.ts';
-import type { Ctx } from '../../../lib/context.ts';
+import type { ReadCtx } from '../../../lib/context.ts';
 import { createLogger } from '../../../lib/log.ts';
 import { EXCHANGE, type Exchange } from '../../../lib/proxy/exchange.ts';
 import { createProxy } from '../../../lib/proxy/index.ts';
@@ -23,7 +23,7 @@ import type { RequestRow } from '../../../lib/store/store.ts';
 /** USD per token of the rig's one tier (1 USD per million input tokens). */
 const INPUT_PRICE = 1e-6;
 
-interface RigOptions { upstreamTimeoutMs: number; clientStallMs?: number; endGraceMs?: number; ctx?: Partial<Ctx> }
+interface RigOptions { upstreamTimeoutMs: number; clientStallMs?: number; endGraceMs?: number; ctx?: Partial<ReadCtx> }
 
 interface Rig {
   port: number;
@@ -101,7 +101,7 @@ function watchFull(res: ServerResponse, events: EventEmitter): void {
   };
 }
 
-function ctxOf(req: IncomingMessage, res: ServerResponse, raw: Buffer, extra: Partial<Ctx> = {}): Ctx {
+function ctxOf(req: IncomingMessage, res: ServerResponse, raw: Buffer, extra: Partial<ReadCtx> = {}): ReadCtx {
   return {
     id: randomUUID(), req, res, route: 'chat', dialect: 'chat', t0: performance.now(), ip: '127.0.0.1',
     key: { row: { prefix: 'sk-test' }, allow: undefined },
@@ -109,7 +109,7 @@ function ctxOf(req: IncomingMessage, res: ServerResponse, raw: Buffer, extra: Pa
     upstreamKey: 'sk-upstream', raw, changed: false, stream: true, endUser: null, session: null, run: null,
     requestedModel: 'sluice/fast', tier: 'fast', model: 'test/fast', degradation: 'none', removed: [], adjusted: [],
     ...extra,
-  } as unknown as Ctx;
+  } as unknown as ReadCtx;
 }
 
 const BODY = JSON.stringify({ model: 'sluice/fast', stream: true, messages: [{ role: 'user', content: 'x'.repeat(1000) }] });
