@@ -1,7 +1,7 @@
 // The Counters interface: short-lived shared numbers (rate-limit windows, the IP block, budget
 // spend, auto-routing sessions). One interface, two backings: process memory (memory.ts) and
-// Redis (redis.ts), held to one contract suite. Amounts are integers (spend in micro-USD):
-// rate-limiter-flexible rejects fractional points, and integers add up exactly.
+// Redis (redis.ts), held to one contract suite (tests/lib/counters.contract.ts). Amounts are
+// integers (spend in micro-USD): Redis's INCRBY takes integers only, and integers add up exactly.
 
 export interface Verdict {
   allowed: boolean;

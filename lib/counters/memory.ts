@@ -1,7 +1,7 @@
 // Counters in process memory: the embedded default, and what one process falls back to while
-// Redis is away. Windows are fixed: one starts with its first point and lasts its length, as
-// rate-limiter-flexible counts them on Redis (redis.ts), and going over a window with a block
-// holds the bucket refused for the block's length. Everything here answers at once: `check`, the
+// Redis is away. Windows are fixed: one starts with its first point and lasts its length, as the
+// window script counts them on Redis (redis.ts), and going over a window with a block holds the
+// bucket refused for the block's length. Everything here answers at once: `check`, the
 // one step a request takes, returns its result without a promise (the async methods only wrap the
 // same synchronous work). Plain counters and windows live in Maps with lazy expiry and an unref'd sweep.
 

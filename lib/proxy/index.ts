@@ -5,19 +5,20 @@
 // dialect; failures after it started end the stream with one error event of the dialect. Every
 // request that reached this core leaves exactly one row, client disconnects included; a client
 // that stops reading is cut off rather than left holding its socket and the upstream.
-// This file is the wiring, done once: agents, the proxy server, its two hooks, the targets.
+// This file is the wiring, done once: agents, the upstream client (./upstream-client.ts, the only
+// door to http-proxy-3) and its three hooks, the targets.
 
-import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import http, { type IncomingMessage } from 'node:http';
 import https from 'node:https';
-import { ProxyServer, type ServerOptions } from 'http-proxy-3';
 import type { Logger } from 'pino';
 import { tierPrices, type Catalog } from '../catalog.ts';
 import type { Config } from '../config.ts';
-import type { Ctx } from '../context.ts';
+import type { ReadCtx } from '../context.ts';
 import type { RequestRow } from '../store/store.ts';
 import { EXCHANGE, Exchange, type ExchangeCore } from './exchange.ts';
 import { OpenList } from './open-list.ts';
-import { bodyOf, headersOf, OneWrite, targetOf, upstreamTargets } from './upstream-request.ts';
+import { UpstreamCall, UpstreamClient } from './upstream-client.ts';
+import { bodyOf, headersOf, targetOf, upstreamTargets } from './upstream-request.ts';
 
 export { UsageTap, usageOf, type Usage } from './usage-tap.ts';
 
@@ -38,9 +39,13 @@ interface ProxyDeps {
 
 /** The default of ProxyDeps.endGraceMs. */
 export const END_GRACE_MS = 5_000;
+/**
+ * The hooks get back the request send() was given; its exchange rides on it under a symbol (set in
+ * Exchange's constructor). The one cast left here, `req as Tagged`, only adds that optional member.
+ */
 type Tagged = IncomingMessage & { [EXCHANGE]?: Exchange };
-interface WebOptions { target: URL; agent: http.Agent | false; buffer: OneWrite }
 
+/** Throws a ConfigError when the environment would turn http-proxy-3 off its node:http path (upstream-client.ts). */
 export function createProxy(deps: ProxyDeps) {
   // No cap on upstream sockets: one per open client request, so concurrency is bounded where the
   // clients are (the front proxy, LimitNOFILE). A cap here would queue whole streams behind others
@@ -53,7 +58,11 @@ export function createProxy(deps: ProxyDeps) {
   const agents = { 'http:': new http.Agent(agentOptions), 'https:': new https.Agent(agentOptions) };
   // No proxyTimeout here: each exchange sets the upstream timeout itself, and stops it while it
   // holds the upstream paused for a slow client (exchange.ts, hold()).
-  const proxy = new ProxyServer({ selfHandleResponse: true, changeOrigin: true, ignorePath: true });
+  const upstream = new UpstreamClient({
+    request: (proxyReq, req) => (req as Tagged)[EXCHANGE]?.sent(proxyReq),
+    response: (proxyRes, req) => (req as Tagged)[EXCHANGE]?.respond(proxyRes),
+    error: onError,
+  });
   // Precomputed per router and route: the hot path joins no URLs except for a query string.
   const targets = upstreamTargets(deps.config);
   const core: ExchangeCore = {
@@ -67,38 +76,22 @@ export function createProxy(deps: ProxyDeps) {
     clientStallMs: deps.clientStallMs ?? deps.upstreamTimeoutMs,
     endGraceMs: deps.endGraceMs ?? END_GRACE_MS,
   };
-  proxy.on('proxyReq', (proxyReq, req) => (req as Tagged)[EXCHANGE]?.sent(proxyReq));
-  proxy.on('proxyRes', (proxyRes, req) => (req as Tagged)[EXCHANGE]?.respond(proxyRes));
 
-  /**
-   * Starts (or retries) the upstream request. The upstream headers are `req.headers` only while
-   * http-proxy-3 copies them (synchronously, in web()): the upstream key never stays on `req`.
-   */
-  function send(ex: Exchange, options: WebOptions, headers: IncomingMessage['headers']): void {
-    const req = ex.ctx.req;
-    const own = req.headers;
-    req.headers = headers;
-    try {
-      proxy.web(req, ex.ctx.res, options as unknown as ServerOptions, onError as never);
-    } finally {
-      req.headers = own;
-    }
-  }
-
-  function onError(err: NodeJS.ErrnoException, req: IncomingMessage, res: ServerResponse | unknown): void {
+  function onError(err: NodeJS.ErrnoException, req: IncomingMessage): void {
     const ex = (req as Tagged)[EXCHANGE];
     if (!ex || ex.done) return;
+    const res = ex.ctx.res;
     // A reset after the response began reaches here before the response's 'close' does: the
     // client must still get its error event, not a stream left open.
-    if ((res as ServerResponse).headersSent) return ex.failMidResponse();
+    if (res.headersSent) return ex.failMidResponse();
     // A kept-alive socket the upstream closed just as we reused it: nothing reached it, and the
     // body is in memory, so one retry on a fresh socket is safe (Node's documented remedy).
     // Fresh for sure: an upstream that dropped one idle socket (a restart, an idle reaper) has
     // usually dropped the whole idle pool, and the pool would hand out the next stale one.
-    if (ex.reusedSocket && !ex.retried && !ex.timedOut && err.code === 'ECONNRESET' && !ex.ctx.res.destroyed) {
+    const first = ex.upstreamOptions;
+    if (ex.reusedSocket && !ex.retried && !ex.timedOut && err.code === 'ECONNRESET' && !res.destroyed && first instanceof UpstreamCall) {
       ex.retried = true;
-      const first = ex.upstreamOptions as WebOptions;
-      send(ex, { ...first, agent: false }, headersOf(ex.ctx, first.buffer.length));
+      upstream.send(req, res, first.fresh(), headersOf(ex.ctx, first.buffer.length));
       return;
     }
     const code = ex.timedOut ? 'upstream_timeout' : 'upstream_unreachable';
@@ -108,14 +101,14 @@ export function createProxy(deps: ProxyDeps) {
 
   return {
     /** Sends the request upstream; returns at once (the exchange ends through events). */
-    forward(ctx: Ctx): void {
+    forward(ctx: ReadCtx): void {
       const ex = new Exchange(ctx, core);
       const body = bodyOf(ctx);
       const target = targetOf(targets, ctx);
-      const options: WebOptions = { target, agent: agents[target.protocol as 'http:' | 'https:'], buffer: body };
-      ex.upstreamOptions = options; // for its one retry
+      const call = new UpstreamCall(target, target.protocol === 'https:' ? agents['https:'] : agents['http:'], body);
+      ex.upstreamOptions = call; // for its one retry
       ex.bodyBytes = body.length;
-      send(ex, options, headersOf(ctx, body.length));
+      upstream.send(ctx.req, ctx.res, call, headersOf(ctx, body.length));
     },
     /** Exchanges still open (their rows not yet made). */
     get open(): number {
@@ -140,7 +133,7 @@ export function createProxy(deps: ProxyDeps) {
       return { active, idle };
     },
     close(): void {
-      proxy.close();
+      upstream.close();
       agents['http:'].destroy();
       agents['https:'].destroy();
     },

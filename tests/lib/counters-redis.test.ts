@@ -2,11 +2,14 @@
 // random key namespace, deleted at teardown; an unreachable Redis fails the run), then what only
 // a shared backing shows: two instances count jointly, the key prefix isolates, and while a TCP
 // relay in front of Redis is cut the counters answer from memory promptly and say so (degraded),
-// going back to Redis once it is restored. Never stops the shared Redis itself.
+// going back to Redis once it is restored; the window operations of one turn of the event loop
+// leave in one script call (seen through ioredis's documented diagnostics channel). Never stops
+// the shared Redis itself.
 
+import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { createServer, connect, type AddressInfo, type Server, type Socket } from 'node:net';
 import { Writable } from 'node:stream';
-import { Redis } from 'ioredis';
+import { Redis, type CommandTraceContext } from 'ioredis';
 import t, { type Test } from 'tap';
 import { RedisCounters } from '../../lib/counters/redis.ts';
 import { createLogger } from '../../lib/log.ts';
@@ -46,6 +49,34 @@ t.test('adds answer in the order they were sent, and the first gives the counter
   t.same(answers, [1, 3, 7], 'the first add (which also sets the expiry) answers first');
   const ttl = await c.client.ttl(prefix + key);
   t.ok(ttl > 0 && ttl <= 60, `expires within its window (ttl ${ttl})`);
+});
+
+t.test('the window operations of one turn go to Redis in one script call; a later turn makes its own', async (t) => {
+  const prefix = redisNamespace(t);
+  const c = await openRedisCounters(t, { prefix });
+  const calls: string[][] = [];
+  const onCommand = (message: unknown) => {
+    const { command, args } = message as CommandTraceContext;
+    if (/^eval/i.test(command) && args.some((a) => a.startsWith(prefix))) calls.push(args);
+  };
+  subscribe('tracing:ioredis:command:start', onCommand);
+  t.teardown(() => void unsubscribe('tracing:ioredis:command:start', onCommand));
+  const a = unique('turn-a');
+  const b = unique('turn-b');
+  const spend = unique('turn-spend');
+  const together = await Promise.all([
+    c.check([{ bucket: a, limit: 5, windowS: 60 }, { bucket: b, limit: 5, windowS: 60 }], [spend]),
+    c.consume(a, 5, 60),
+    c.peek(b, 5, 60),
+    c.check([{ bucket: b, limit: 5, windowS: 60 }]),
+  ]);
+  t.equal(calls.length, 1, 'four operations, one call');
+  const keys = calls[0]!.filter((arg) => arg.startsWith(prefix)).map((k) => k.slice(prefix.length));
+  t.same(keys, [`rl:5:60:0:${a}`, `rl:5:60:0:${b}`, `rl:5:60:0:${a}`, `rl:5:60:0:${b}`, `rl:5:60:0:${b}`, spend], "every operation's windows in order, then the reads");
+  t.match(together, [{ verdicts: [{ count: 1 }, { count: 1 }] }, { count: 2 }, { count: 1 }, { verdicts: [{ count: 2 }] }]);
+  await c.consume(a, 5, 60);
+  await c.consume(a, 5, 60);
+  t.equal(calls.length, 3, 'an operation awaited before the next is issued goes in a call of its own');
 });
 
 t.test('the prefix namespaces every key; the default is sluice:', async (t) => {

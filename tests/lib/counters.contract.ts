@@ -288,6 +288,44 @@ export function countersContract(t: Test, backing: Backing): void {
     t.equal(c.refused(unique('never'), 1, 60), false);
   });
 
+  t.test('check: a consume with a block counts in the same window as consume, and crossing the limit blocks', async (t) => {
+    const c = await backing.open(t);
+    const bucket = unique('check-block');
+    const checks = [{ bucket, limit: 2, windowS: 1, blockS: 30 }];
+    t.match((await c.check(checks)).verdicts, [{ allowed: true, count: 1 }]);
+    t.match(await c.consume(bucket, 2, 1, { blockS: 30 }), { allowed: true, count: 2 }, 'consume continues the window check opened');
+    const { verdicts: [over] } = await c.check(checks);
+    t.match(over, { allowed: false, count: 3 }, 'the point over the limit is refused');
+    t.ok(over!.msLeft > 1000 && over!.msLeft <= 30_000, `the refusal lasts the block (msLeft ${over!.msLeft}), not the 1 s window`);
+    t.equal(c.refused(bucket, 2, 1, { blockS: 30 }), true, 'the refusal is remembered');
+    const peeked = await c.peek(bucket, 2, 1, { blockS: 30 });
+    t.match(peeked, { allowed: false, count: 3 }, 'peek sees the block check made');
+    const again = (await c.check([...checks, { bucket: unique('after'), limit: 5, windowS: 60 }])).verdicts;
+    t.match(again, [{ allowed: false, count: 4 }, undefined], 'still refusing, and nothing after it counted');
+    t.ok(again[0]!.msLeft <= over!.msLeft, 'a later point does not push the block out');
+    t.match(await c.peek(unique('untouched'), 2, 1, { blockS: 30 }), { allowed: true, count: 0 }, 'another bucket is open');
+  });
+
+  t.test('operations issued together: each answers for itself and stops only at its own refusal', async (t) => {
+    const c = await backing.open(t);
+    const full = unique('together-full');
+    const a = unique('together-a');
+    const b = unique('together-b');
+    const spend = unique('together-spend');
+    await c.consume(full, 1, 60, { points: 2 });
+    await c.incr(spend, 7, 60);
+    const [first, second, third, fourth] = await Promise.all([
+      c.check([{ bucket: full, limit: 1, windowS: 60, peek: true }, { bucket: a, limit: 5, windowS: 60 }], [spend]),
+      c.check([{ bucket: a, limit: 5, windowS: 60 }, { bucket: b, limit: 5, windowS: 60 }], [unique('together-missing'), spend]),
+      c.consume(b, 5, 60, { points: 3 }),
+      c.peek(a, 5, 60),
+    ]);
+    t.match(first, { verdicts: [{ allowed: false, count: 2 }, undefined], values: [7] }, 'the first refuses and counts nothing after');
+    t.match(second, { verdicts: [{ allowed: true, count: 1 }, { allowed: true, count: 1 }], values: [undefined, 7] }, 'the second counts its own windows');
+    t.match(third, { allowed: true, count: 4 }, 'a consume beside them counts its points after them');
+    t.match(fourth, { allowed: true, count: 1 }, 'a peek beside them sees what came before it');
+  });
+
   t.test('refused ends with the window', async (t) => {
     const c = await backing.open(t);
     const b = unique('short');
