@@ -3,15 +3,13 @@
 // profile's upstream key) and the body bytes (as received, or with the changed members spliced in).
 // It never reads or changes the response, and never logs a header (one carries the upstream key).
 
+import { PROXIED, ROUTE_TABLE } from '../routes.ts';
 import type { IncomingHttpHeaders } from 'node:http';
 import { Stream } from 'node:stream';
 import { withSlash, type Config } from '../config.ts';
 import type { ReadCtx } from '../context.ts';
 import { encodeBody } from '../request-body.ts';
 
-const UPSTREAM_PATH = {
-  chat: 'api/v1/chat/completions', messages: 'api/v1/messages', responses: 'api/v1/responses', count_tokens: 'api/v1/messages/count_tokens',
-} as const;
 
 /**
  * Request headers that never go upstream: client credentials, sluice's own, the coding agents'
@@ -31,7 +29,7 @@ const CODEX_PREFIX = 'x-codex-';
 export function upstreamTargets(config: Pick<Config, 'routers'>): Map<string, URL> {
   const targets = new Map<string, URL>();
   for (const router of config.routers.values()) {
-    for (const [route, path] of Object.entries(UPSTREAM_PATH)) targets.set(`${router.name}:${route}`, new URL(path, withSlash(router.url)));
+    for (const route of PROXIED) targets.set(`${router.name}:${route}`, new URL(ROUTE_TABLE[route].upstream, withSlash(router.url)));
   }
   return targets;
 }
