@@ -52,7 +52,8 @@ export async function pause(x: Exchange, ms: number): Promise<boolean> {
   return !x.done;
 }
 
-function waitDrain(res: ServerResponse): Promise<void> {
+/** Resolves once the response can take more, or is gone. */
+export function waitDrain(res: ServerResponse): Promise<void> {
   return new Promise((resolve) => {
     const done = (): void => {
       res.off('drain', done);

@@ -7,6 +7,7 @@
 // header kept, an error answer not charged. Option values are small; the tests wait on events
 // (rows, the front going idle, sockets closing), never on a timer firing at a given time.
 
+import { waitDrain } from '../../../lib/sim/exchange.ts';
 import { randomUUID } from 'node:crypto';
 import { EventEmitter, once } from 'node:events';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
@@ -131,17 +132,7 @@ async function endlessStream(res: ServerResponse, total = Infinity): Promise<voi
   let sent = 0;
   while (!res.destroyed && sent < total) {
     sent += EVENT.length;
-    if (!res.write(EVENT)) {
-      await new Promise<void>((resolve) => {
-        const done = (): void => {
-          res.off('drain', done);
-          res.off('close', done);
-          resolve();
-        };
-        res.on('drain', done);
-        res.on('close', done);
-      });
-    }
+    if (!res.write(EVENT)) await waitDrain(res);
   }
   if (!res.destroyed) res.end();
 }
