@@ -111,12 +111,13 @@ interface Slice { raw: Array<number | string>; at: number; readAt: number }
 
 /**
  * The window operations of one turn of the event loop, sent as one call of WINDOW_LUA when the turn
- * ends (setImmediate): one write and one script run for all of them. Measured, per request, with
- * perf counting write and writev on the Redis socket under `npm run bench -- --store postgres
- * --only chat-2k`: one command per operation 1.08 writes, an ioredis pipeline per turn 0.30, this
- * 0.28 (corking ioredis's private socket, before, 0.26–0.32). Client CPU per check, 32 checkers
- * each awaiting a tick between checks: 13.1–15.8 µs one command each, 12.8–15.7 a pipeline per
- * turn, 10.1–13.6 the cork, 6.6–9.3 this; Redis CPU per check 8.0–8.8 µs before, 5.7–7.3 µs now.
+ * ends (setImmediate): one write and one script run for all of them. Writes on the Redis socket per
+ * request (perf counting write and writev on its fd, `npm run bench -- --store postgres --only
+ * chat-2k`): one command per operation 1.08; an ioredis pipeline per turn 0.24–0.30; this
+ * 0.25–0.28; corking ioredis's private socket (before) 0.24–0.32. What sets this apart is the
+ * work per check (32 checkers, each awaiting a tick between checks): client CPU 6.6–9.3 µs against
+ * 12.8–15.7 for a pipeline and 10.1–13.6 for the cork, Redis CPU 5.7–7.3 µs against 8.0–8.8 for
+ * one script call per check (one EVALSHA parsed and one Lua call set up per turn, not per check).
  */
 class Turn {
   readonly keys: string[] = [];
