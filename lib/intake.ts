@@ -48,40 +48,64 @@ export class Intake {
     if ((held?.bodies ?? 0) >= maxBodies) throw refusal(`More request bodies of this key are arriving at once than its limit of ${maxBodies} a minute.`);
     if (!held) this.byKey.set(key, (held = { bodies: 0, bytes: 0 }));
     held.bodies++;
-    /** Bytes reserved for this body: its declared length, or what arrived when that is more. */
-    let mine = 0;
-    let ended = false;
-    const reserve = (upTo: number): void => {
-      const n = upTo - mine;
-      if (n <= 0) return;
-      if (held.bytes + n > this.o.perKeyBytes) throw refusal(`The request bodies of this key arriving at once pass ${mib(this.o.perKeyBytes)}.`);
-      if (this.total + n > this.o.totalBytes) throw refusal(`The gateway is receiving ${mib(this.o.totalBytes)} of request bodies at once; retry shortly.`);
-      held.bytes += n;
-      this.total += n;
-      mine = upTo;
-    };
-    const end = (): void => {
-      if (ended) return;
-      ended = true;
-      held.bodies--;
-      held.bytes -= mine;
-      this.total -= mine;
-      if (held.bodies === 0) this.byKey.delete(key);
-    };
+    const room = new Room(this, key, held);
     try {
-      reserve(declared);
+      room.reserve(declared);
     } catch (err) {
-      end();
+      room.end();
       throw err;
     }
-    let received = 0;
-    return {
-      grow(n) {
-        received += n;
-        reserve(received);
-      },
-      end,
-    };
+    return room;
+  }
+
+  /** Takes `n` more bytes for a body of `held`; throws the refusal when a bound would be passed. */
+  take(held: Held, n: number): void {
+    if (held.bytes + n > this.o.perKeyBytes) throw refusal(`The request bodies of this key arriving at once pass ${mib(this.o.perKeyBytes)}.`);
+    if (this.total + n > this.o.totalBytes) throw refusal(`The gateway is receiving ${mib(this.o.totalBytes)} of request bodies at once; retry shortly.`);
+    held.bytes += n;
+    this.total += n;
+  }
+
+  /** Gives back a body's bytes and its place among its key's bodies. */
+  release(key: number, held: Held, bytes: number): void {
+    held.bodies--;
+    held.bytes -= bytes;
+    this.total -= bytes;
+    if (held.bodies === 0) this.byKey.delete(key);
+  }
+}
+
+/** One body's reservation: one object per request, no closures. */
+class Room implements Reservation {
+  private readonly intake: Intake;
+  private readonly key: number;
+  private readonly held: Held;
+  /** Bytes reserved: the declared length, or what arrived when that is more. */
+  private reserved = 0;
+  private received = 0;
+  private ended = false;
+
+  constructor(intake: Intake, key: number, held: Held) {
+    this.intake = intake;
+    this.key = key;
+    this.held = held;
+  }
+
+  reserve(upTo: number): void {
+    if (upTo <= this.reserved) return;
+    this.intake.take(this.held, upTo - this.reserved);
+    this.reserved = upTo;
+  }
+
+  grow(n: number): void {
+    this.received += n;
+    this.reserve(this.received);
+  }
+
+  end(): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.intake.release(this.key, this.held, this.reserved);
   }
 }
 
