@@ -39,8 +39,6 @@ export interface Ctx {
   /** The body as received (empty until read-body), and parsed. */
   raw: Buffer;
   body: Record<string, any> | null;
-  /** Whether the body must be re-serialised: a plugin changed a member, or the text named one twice. */
-  changed: boolean;
   stream: boolean;
   endUser: string | null;
   session: string | null;
@@ -142,7 +140,7 @@ export function newContext(req: IncomingMessage, res: ServerResponse, route: Rou
   return {
     id: newRequestId(), req, res, route, dialect, t0: performance.now(), ip,
     key: null, profile: null, router: null, upstreamKey: '', raw: EMPTY, body: null,
-    changed: false, stream: false, endUser: null, session: null, run,
+    stream: false, endUser: null, session: null, run,
     requestedModel: null, tier: null, model: null, degradation: 'none', removed: [], adjusted: [],
   };
 }

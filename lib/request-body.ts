@@ -3,7 +3,13 @@
 // large ones (messages, tools, system) only when a plugin reads them. `encodeBody` gives the bytes
 // that go upstream, as parts: a body read from bytes is re-assembled from views of the original
 // bytes of every member no plugin touched, plus new text for the ones it changed; it never
-// re-serialises the whole body, nor copies the untouched members.
+// re-serialises the whole body, nor copies the untouched members. `bodyChanged` says whether
+// anything changed at all, from the same facts: there is no second record of it.
+//
+// The rule for plugins: change the body by assigning, adding or deleting top-level members, never
+// by changing a decoded value in place (copy it, change the copy, assign the copy). A member still
+// holding the very value decoded from the bytes is sent as those bytes.
+// tests/plugins/body-rule.test.ts runs every plugin on frozen values to hold the rule.
 
 import { INDEX_STRIDE, parseRange, splice, type Change, type Member, type Scan } from './json-scan.ts';
 
@@ -107,20 +113,32 @@ export function bodyFromScan(raw: Buffer, scan: Scan): Record<string, any> {
   return body;
 }
 
-/** Whether the member `key` still holds exactly what the bytes say (never decoded, or an untouched scalar). */
+/** Whether the member `key` still holds exactly what the bytes say (never decoded, or the value decoded from them). */
 function untouched(body: Record<string, unknown>, origin: Origin, key: string): boolean {
   if (!Object.prototype.hasOwnProperty.call(body, key)) return false;
   const get = origin.lazy.get(key);
   // Its accessor still stands (never read, never set; not deleted and re-added): the bytes hold.
   if (get !== undefined) return Object.getOwnPropertyDescriptor(body, key)?.get === get;
-  if (!origin.decoded.has(key)) return false;
-  const v = body[key];
-  // A decoded object or array may have been changed in place: only scalars compare.
-  return (v === null || typeof v !== 'object') && Object.is(v, origin.decoded.get(key));
+  // The value decoded, not another: plugins never change one in place (the rule above).
+  return origin.decoded.has(key) && Object.is(body[key], origin.decoded.get(key));
 }
 
 /**
- * The bytes to send for a body a plugin changed, as parts to write in order. A scanned body keeps
+ * Whether the bytes to send differ from the bytes received: a member was assigned a new value,
+ * added or deleted, or the text named one twice (it is sent once). A body not built from bytes
+ * always counts as changed.
+ */
+export function bodyChanged(body: Record<string, any>): boolean {
+  const origin = originOf(body);
+  if (!origin || origin.members.length !== origin.last.size) return true;
+  const keys = Object.keys(body);
+  if (keys.length !== origin.last.size) return true;
+  for (const key of keys) if (!origin.last.has(key) || !untouched(body, origin, key)) return true;
+  return false;
+}
+
+/**
+ * The bytes to send for a body, as parts to write in order. A scanned body keeps
  * the original bytes of every member whose value is untouched; changed members get JSON.stringify
  * of their new value; removed ones go (every duplicate of the name); new ones are appended. Any
  * other object: JSON.stringify, in one part.
@@ -145,12 +163,6 @@ export function encodeBody(body: Record<string, any>): Buffer[] {
     if (text !== undefined) added.push([key, text]);
   }
   return splice(raw, origin.members, change, added);
-}
-
-/** Whether the body's text named a top-level member more than once (encodeBody sends each once). */
-export function hasDuplicateMembers(body: Record<string, any>): boolean {
-  const origin = originOf(body);
-  return origin !== undefined && origin.members.length !== origin.last.size;
 }
 
 /**

@@ -4,8 +4,9 @@
 // 2048 tokens). A client's `models` list is resolved entry by entry, and replaced by the fast
 // tier's under degradation; the messages dialect never carries one. Paid extras go under
 // degradation (lib/paid-extras.ts). Every rewrite leaves a request
-// the router accepts: the thinking budget follows the cap (lib/thinking-budget.ts). The body is
-// marked changed only when a value changed; each adjustment is named in `ctx.adjusted` for the log.
+// the router accepts: the thinking budget follows the cap (lib/thinking-budget.ts). A member is
+// assigned only when its value changes (lib/request-body.ts then re-sends only it); each
+// adjustment is named in `ctx.adjusted` for the log.
 
 import type { Plugin, ReadCtx } from '../lib/context.ts';
 import type { Deps } from '../lib/deps.ts';
@@ -22,14 +23,12 @@ const DEFAULT_TIER_NAMES = new Set(['sonnet', 'opus', 'haiku']);
 function set(ctx: ReadCtx, field: string, value: unknown): void {
   if (ctx.body[field] !== value) {
     ctx.body[field] = value;
-    ctx.changed = true;
   }
 }
 
 function drop(ctx: ReadCtx, field: string, why: string): void {
   if (!(field in ctx.body)) return;
   delete ctx.body[field];
-  ctx.changed = true;
   ctx.adjusted.push(`${field} removed (${why})`);
 }
 
@@ -139,16 +138,12 @@ export function modelResolve(deps: Pick<Deps, 'config' | 'catalog' | 'auto'>): P
       } else if (!sameList(body.models, list)) {
         if (sent) ctx.adjusted.push(`models ${describeList(body.models)}→${JSON.stringify(list)}`);
         body.models = list;
-        ctx.changed = true;
       }
       fallbacks = list;
     }
     if (ctx.degradation !== 'none') {
       const dropped = dropPaidExtras(body, `degraded: ${ctx.degradation}`);
-      if (dropped.length > 0) {
-        ctx.adjusted.push(...dropped);
-        ctx.changed = true;
-      }
+      ctx.adjusted.push(...dropped);
     }
 
     // Output cap: min(tier max, catalog max of every model that may serve), 2048 when degraded that
@@ -172,9 +167,6 @@ export function modelResolve(deps: Pick<Deps, 'config' | 'catalog' | 'auto'>): P
     if (!lowered) return;
     // sluice set or lowered the output limit: the thinking budget must fit under it.
     const adjusted = ctx.dialect === 'messages' ? fitMessagesThinking(body, cap) : fitReasoning(body, cap);
-    if (adjusted !== null) {
-      ctx.adjusted.push(adjusted);
-      ctx.changed = true;
-    }
+    if (adjusted !== null) ctx.adjusted.push(adjusted);
   }
 }

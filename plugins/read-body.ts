@@ -12,7 +12,7 @@ import { GatewayError } from '../lib/errors.ts';
 import type { Reservation } from '../lib/intake.ts';
 import { PROXIED } from '../lib/routes.ts';
 import { scanJson, type ScanLimits } from '../lib/json-scan.ts';
-import { bodyFromScan, hasDuplicateMembers } from '../lib/request-body.ts';
+import { bodyFromScan } from '../lib/request-body.ts';
 
 export const MAX_BODY_BYTES = 32 * 1024 * 1024;
 /**
@@ -44,6 +44,11 @@ const MODEL_RE = /^[\x21-\x7e]{1,256}$/;
 const INDEXED = new Set(['messages', 'tools', 'input']);
 /** The members of those entries the sanitizers ask about (plugins/sanitize.ts, plugins/sanitize-responses.ts). */
 const ENTRY_KEYS = ['role', 'type', 'strict', 'defer_loading'];
+
+/** The one scan of a request body, with the bounds and the indexes the plugins rely on (null: not JSON). */
+export function scanBody(raw: Buffer) {
+  return scanJson(raw, { maxDepth: MAX_DEPTH, watch: INDEXED, entryKeys: ENTRY_KEYS, limits: BODY_LIMITS });
+}
 
 function readAll(ctx: Ctx, timeoutMs: number, room: Reservation): Promise<Buffer> {
   const req = ctx.req;
@@ -111,7 +116,7 @@ export function readBody(deps: Pick<Deps, 'admission'>, opts: { timeoutMs: numbe
       }
       // One pass over the bytes validates the JSON and finds the top-level members; nothing is
       // decoded beyond the small members (lib/request-body.ts).
-      const scan = scanJson(raw, { maxDepth: MAX_DEPTH, watch: INDEXED, entryKeys: ENTRY_KEYS, limits: BODY_LIMITS });
+      const scan = scanBody(raw);
       if (!scan) throw new GatewayError('invalid_body', { message: 'The request body is not valid JSON.' });
       if (scan.overLimit) throw new GatewayError('invalid_body', { message: OVER_LIMIT[scan.overLimit] });
       if (scan.root !== 'object') throw new GatewayError('invalid_body', { message: 'The request body must be a JSON object.' });
@@ -129,8 +134,6 @@ export function readBody(deps: Pick<Deps, 'admission'>, opts: { timeoutMs: numbe
       const read = ctx as ReadCtx; // the phase this plugin gives: its fields are set just below
       read.raw = raw;
       read.body = body;
-      // A name given twice is re-encoded once, whatever the plugins change (lib/request-body.ts).
-      if (hasDuplicateMembers(body)) read.changed = true;
       read.requestedModel = model;
       read.stream = body.stream === true;
       identify(read);

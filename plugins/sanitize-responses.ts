@@ -58,7 +58,6 @@ export function sanitizeResponses(): Plugin<'read'> {
         if (field in body) {
           delete body[field];
           ctx.removed.push(field);
-          ctx.changed = true;
         }
       }
     },

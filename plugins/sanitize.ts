@@ -41,6 +41,21 @@ export function mergeTurns(messages: unknown[]): unknown[] {
   return out;
 }
 
+/** The tools without their `strict` and `defer_loading`: a new list, a copy of each tool that had one (the body rule, lib/request-body.ts). */
+function withoutToolFields(tools: unknown[], removed: string[]): unknown[] {
+  return tools.map((tool) => {
+    if (!tool || typeof tool !== 'object') return tool;
+    let copy: Block | null = null;
+    for (const field of TOOL_FIELDS) {
+      if (!(field in tool)) continue;
+      copy ??= { ...(tool as Block) };
+      delete copy[field];
+      if (!removed.includes(`tools[].${field}`)) removed.push(`tools[].${field}`);
+    }
+    return copy ?? tool;
+  });
+}
+
 export function sanitize(): Plugin<'read'> {
   return {
     name: 'sanitize',
@@ -60,22 +75,11 @@ export function sanitize(): Plugin<'read'> {
           removed.push(field);
         }
       }
-      if (someEntryHas(body, 'tools', TOOL_FIELDS)) {
-        for (const tool of body.tools) {
-          if (!tool || typeof tool !== 'object') continue;
-          for (const field of TOOL_FIELDS) {
-            if (field in tool) {
-              delete tool[field];
-              if (!removed.includes(`tools[].${field}`)) removed.push(`tools[].${field}`);
-            }
-          }
-        }
-      }
+      if (someEntryHas(body, 'tools', TOOL_FIELDS)) body.tools = withoutToolFields(body.tools, removed);
       if (someEntryWith(body, 'messages', 'role', 'system')) {
         body.messages = mergeTurns(body.messages);
         removed.push('messages[role=system]');
       }
-      if (removed.length > 0) ctx.changed = true;
     },
   };
 }

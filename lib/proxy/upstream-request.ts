@@ -8,7 +8,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { Stream } from 'node:stream';
 import { withSlash, type Config } from '../config.ts';
 import type { ReadCtx } from '../context.ts';
-import { encodeBody } from '../request-body.ts';
+import { bodyChanged, encodeBody } from '../request-body.ts';
 
 
 /**
@@ -47,7 +47,7 @@ export function targetOf(targets: Map<string, URL>, ctx: ReadCtx): URL {
 
 /** The bytes to send: untouched, the body as received; changed, only the changed members re-serialised. */
 export function bodyOf(ctx: ReadCtx): OneWrite {
-  return new OneWrite(ctx.changed ? encodeBody(ctx.body) : [ctx.raw]);
+  return new OneWrite(bodyChanged(ctx.body) ? encodeBody(ctx.body) : [ctx.raw]);
 }
 
 /**

@@ -13,6 +13,7 @@ import type { ReadCtx } from '../../lib/context.ts';
 import type { Dialect } from '../../lib/errors.ts';
 import type { Degradation } from '../../lib/store/store.ts';
 import { modelResolve } from '../../plugins/model-resolve.ts';
+import { scannedBody } from './body.ts';
 import { profilesYaml, TIERS_YAML } from './gateway.ts';
 
 // The harness tiers plus one whose model the catalog does not list.
@@ -49,8 +50,8 @@ export const plugin = modelResolve({
 
 export function ctxOf(dialect: Dialect, body: Record<string, any>, opts: { profile?: string; degradation?: Degradation } = {}): ReadCtx {
   return {
-    id: 'unit', dialect, route: dialect, body, raw: Buffer.from(JSON.stringify(body)), requestedModel: body.model,
-    profile: config.profiles.get(opts.profile ?? 'dev'), changed: false, degradation: opts.degradation ?? 'none',
+    id: 'unit', dialect, route: dialect, body: scannedBody(body), raw: Buffer.from(JSON.stringify(body)), requestedModel: body.model,
+    profile: config.profiles.get(opts.profile ?? 'dev'), degradation: opts.degradation ?? 'none',
     removed: [], adjusted: [], tier: null, model: null, endUser: null, session: null, run: null, stream: false, ip: '127.0.0.1',
   } as unknown as ReadCtx;
 }

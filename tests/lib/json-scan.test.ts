@@ -7,7 +7,7 @@
 import fc from 'fast-check';
 import t from 'tap';
 import { INDEX_STRIDE, parseRange, scanJson, splice } from '../../lib/json-scan.ts';
-import { bodyFromScan, encodeBody, someEntryHas, someEntryWith } from '../../lib/request-body.ts';
+import { bodyChanged, bodyFromScan, encodeBody, someEntryHas, someEntryWith } from '../../lib/request-body.ts';
 
 /** The entry members the gateway indexes (plugins/read-body.ts), and two more. */
 const ENTRY_KEYS = ['role', 'type', 'strict', 'defer_loading', 'content'];
@@ -165,7 +165,7 @@ t.test('encodeBody: untouched members keep their bytes; changes are spliced', as
   b.max_tokens = 2048;
   b.models = ['x/y'];
   delete b.a;
-  b.meta.k = 2; // changed in place
+  b.meta = { ...b.meta, k: 2 }; // a new value (plugins never change a decoded one in place)
   const out = Buffer.concat(encodeBody(b));
   t.ok(out.includes(Buffer.from(`"messages":[${big}]`)), 'the large member is copied byte for byte');
   t.same(JSON.parse(out.toString()), { model: 'google/gemini-2.5-flash', messages: [JSON.parse(big)], max_tokens: 2048, meta: { k: 2 }, models: ['x/y'] });
@@ -181,6 +181,37 @@ t.test('encodeBody: untouched members keep their bytes; changes are spliced', as
   t.equal(lazy.messages.length, 1, 'read (decoded) but not changed');
   lazy.model = 'n';
   t.same(JSON.parse(Buffer.concat(encodeBody(lazy)).toString()), { messages: [JSON.parse(big)], model: 'n' });
+});
+
+t.test('bodyChanged: from the members alone, with no flag to set', async (t) => {
+  const text = '{"model":"m", "meta":{ "k" :1}, "messages":[' + JSON.stringify({ role: 'user', content: 'x'.repeat(600) }) + ']}';
+  const fresh = () => body(text);
+  t.equal(bodyChanged(fresh()), false, 'as read');
+  const read = fresh();
+  t.equal(read.meta.k, 1);
+  t.equal(read.messages.length, 1);
+  t.equal(bodyChanged(read), false, 'members read, small and large, are not changes');
+  const same = fresh();
+  same.model = 'm';
+  t.equal(bodyChanged(same), false, 'a scalar assigned its own value');
+  const cases: Array<[string, (b: Record<string, any>) => void]> = [
+    ['a scalar assigned', (b) => { b.model = 'n'; }],
+    ['an object replaced by an equal copy', (b) => { b.meta = { ...b.meta }; }],
+    ['a lazy member assigned', (b) => { b.messages = []; }],
+    ['a member deleted', (b) => { delete b.meta; }],
+    ['a member added', (b) => { b.max_tokens = 5; }],
+    ['a member set to undefined', (b) => { b.meta = undefined; }],
+  ];
+  for (const [what, change] of cases) {
+    const b = fresh();
+    change(b);
+    t.equal(bodyChanged(b), true, what);
+  }
+  t.equal(bodyChanged(body('{"a":1,"a":1}')), true, 'a name given twice: sent once, so changed');
+  t.equal(bodyChanged({ model: 'm' }), true, 'a body not read from bytes');
+  const kept = fresh();
+  kept.model = 'n';
+  t.ok(Buffer.concat(encodeBody(kept)).includes(Buffer.from('"meta":{ "k" :1}')), 'an object member still holding its decoded value keeps its bytes');
 });
 
 t.test('someEntryHas / someEntryWith on scanned and plain bodies agree', async (t) => {
@@ -223,14 +254,19 @@ const op: fc.Arbitrary<Op> = fc.oneof(
   fc.record({ kind: fc.constant('mutate' as const), key, value: fc.jsonValue({ maxDepth: 2 }) }),
 );
 
+function define(target: Record<string, any>, key: string, value: unknown): void {
+  Object.defineProperty(target, key, { value, writable: true, enumerable: true, configurable: true });
+}
+
 function apply(target: Record<string, any>, ops: Op[]): void {
   for (const o of ops) {
     if (o.kind === 'delete') delete target[o.key];
-    else if (o.kind === 'set') Object.defineProperty(target, o.key, { value: structuredClone(o.value), writable: true, enumerable: true, configurable: true });
+    else if (o.kind === 'set') define(target, o.key, structuredClone(o.value));
     else {
+      // A changed copy assigned, the way plugins change a member (never in place: lib/request-body.ts).
       const v = target[o.key];
-      if (v !== null && typeof v === 'object' && !Array.isArray(v)) v.mutated = structuredClone(o.value);
-      else if (Array.isArray(v)) v.push(structuredClone(o.value));
+      if (Array.isArray(v)) define(target, o.key, [...v, structuredClone(o.value)]);
+      else if (v !== null && typeof v === 'object') define(target, o.key, { ...v, mutated: structuredClone(o.value) });
     }
   }
 }

@@ -5,6 +5,7 @@
 
 import t from 'tap';
 import { GatewayError } from '../../lib/errors.ts';
+import { bodyChanged } from '../../lib/request-body.ts';
 import { startHarness, type Harness } from '../helpers/gateway.ts';
 
 import { autoCalls, config, ctxOf, plugin, resolve } from '../helpers/model-resolve.ts';
@@ -18,7 +19,7 @@ t.test('unit: sluice/<tier> picks the tier model, with fallbacks on chat only', 
   t.equal(chat.model, 'google/gemini-2.5-flash');
   t.equal(chat.body!.model, 'google/gemini-2.5-flash');
   t.same(chat.body!.models, ['openai/gpt-4.1-mini']);
-  t.equal(chat.changed, true);
+  t.equal(bodyChanged(chat.body!), true);
 
   const msg = await resolve('messages', { model: 'sluice/fast', max_tokens: 100, messages: [] });
   t.equal(msg.body!.model, 'google/gemini-2.5-flash');
@@ -38,7 +39,7 @@ t.test('unit: an unknown sluice/ alias is a 400 invalid_body', async (t) => {
   t.ok(err instanceof GatewayError, 'a GatewayError');
   t.match(err, { code: 'invalid_body', status: 400 });
   t.equal(ctx.body!.model, 'sluice/nope');
-  t.equal(ctx.changed, false);
+  t.equal(bodyChanged(ctx.body!), false);
 });
 
 t.test("unit: claude- ids and the bare short names mean the profile's default tier", async (t) => {
@@ -64,7 +65,7 @@ t.test('unit: any other id passes as given, with no tier', async (t) => {
   t.equal(ctx.model, 'meta-llama/llama-3.3-70b-instruct');
   t.notOk('models' in ctx.body!);
   t.equal(ctx.body!.max_tokens, DEFAULT_TIER_MAX, 'no catalog maximum and no tier: the default tier\'s maximum');
-  t.equal(ctx.changed, true);
+  t.equal(bodyChanged(ctx.body!), true);
   for (const model of ['openrouter/auto', 'openai/gpt-5@preset/x', 'acme/unknown:online']) {
     const asked = await resolve('chat', { model, max_tokens: 10 ** 9, messages: [] });
     t.equal(asked.body!.max_tokens, DEFAULT_TIER_MAX, `${model}: capped though the catalog has no entry`);
@@ -86,7 +87,7 @@ t.test('unit: max_tokens cap = min(catalog, tier)', async (t) => {
   t.equal(unlisted.body!.max_tokens, DEFAULT_TIER_MAX, 'explicit model absent from the catalog: the default tier\'s maximum');
   const within = await resolve('messages', { model: 'acme/other', max_tokens: 100, messages: [] });
   t.equal(within.body!.max_tokens, 100);
-  t.equal(within.changed, false, 'a request within the cap is untouched');
+  t.equal(bodyChanged(within.body!), false, 'a request within the cap is untouched');
 });
 
 t.test('unit: which max_tokens field is capped', async (t) => {
@@ -108,7 +109,7 @@ t.test('unit: which max_tokens field is capped', async (t) => {
 
   const small = await resolve('chat', { model: 'openai/gpt-4.1-mini', max_tokens: 100, messages: [] });
   t.equal(small.body!.max_tokens, 100, 'a smaller client value is kept');
-  t.equal(small.changed, false, 'and the body is not marked changed');
+  t.equal(bodyChanged(small.body!), false, 'and the body is not marked changed');
 });
 
 t.test('unit: sluice/auto asks the auto router unless degraded; degradation forces fast', async (t) => {

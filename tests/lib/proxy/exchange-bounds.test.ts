@@ -20,6 +20,7 @@ import { createLogger } from '../../../lib/log.ts';
 import { EXCHANGE, type Exchange } from '../../../lib/proxy/exchange.ts';
 import { createProxy } from '../../../lib/proxy/index.ts';
 import type { RequestRow } from '../../../lib/store/store.ts';
+import { scannedBody } from '../../helpers/body.ts';
 
 /** USD per token of the rig's one tier (1 USD per million input tokens). */
 const INPUT_PRICE = 1e-6;
@@ -107,7 +108,7 @@ function ctxOf(req: IncomingMessage, res: ServerResponse, raw: Buffer, extra: Pa
     id: randomUUID(), req, res, route: 'chat', dialect: 'chat', t0: performance.now(), ip: '127.0.0.1',
     key: { row: { prefix: 'sk-test' }, allow: undefined },
     profile: { name: 'p', default_tier: 'fast', router: 'r', budget: { daily_usd: 1, monthly_usd: 1 }, l2_cache: false, rate_limits: { per_key_per_minute: 1, per_user_per_minute: 1 } },
-    upstreamKey: 'sk-upstream', raw, changed: false, stream: true, endUser: null, session: null, run: null,
+    upstreamKey: 'sk-upstream', raw, body: scannedBody(raw), stream: true, endUser: null, session: null, run: null,
     requestedModel: 'sluice/fast', tier: 'fast', model: 'test/fast', degradation: 'none', removed: [], adjusted: [],
     ...extra,
   } as unknown as ReadCtx;
