@@ -1,15 +1,20 @@
 // `sluice serve`: reads the settings once (lib/settings.ts) and the configuration, builds the
-// gateway from them, listens, and on SIGTERM or SIGINT stops accepting, lets open streams finish
-// within a grace period, flushes every row and exits 0; a second signal ends the grace period at
-// once (rows still flushed). Start-up problems with the configuration or the settings exit 78,
-// every problem listed, each naming what is wrong.
+// gateway from them, warms it up (lib/warmup.ts), takes over the embedded counters of the process
+// before it (lib/counters/carry.ts), then listens (on systemd's socket when one is passed,
+// lib/systemd.ts) and reports ready. On SIGTERM or SIGINT it drains (lib/server.ts close): no new
+// connections, open streams run to their end within SLUICE_SHUTDOWN_GRACE_S, every row flushed,
+// exit 0; a second signal ends the drain at once (rows still flushed). Start-up problems with the
+// configuration or the settings exit 78, every problem listed, each naming what is wrong.
 
 import { resolve } from 'node:path';
 import { loadConfig } from '../lib/config.ts';
 import type { Counters } from '../lib/counters/counters.ts';
 import { MemoryCounters } from '../lib/counters/memory.ts';
+import { CounterCarry } from '../lib/counters/carry.ts';
 import { createLogger } from '../lib/log.ts';
 import { createGateway, VERSION } from '../lib/server.ts';
+import { inheritedSocket, notifyReady } from '../lib/systemd.ts';
+import { warmUp } from '../lib/warmup.ts';
 import { hostPort, readSettings } from '../lib/settings.ts';
 import { openStore } from '../lib/store/open.ts';
 import { UsageError } from './errors.ts';
@@ -30,12 +35,15 @@ export async function openCounters(redisUrl: string | undefined, log: ReturnType
 }
 
 export async function serve(opts: { config?: string; listen?: string; env?: NodeJS.ProcessEnv; graceMs?: number }): Promise<void> {
+  const env = opts.env ?? process.env;
   // Settings first, read once: every bad one is reported together (exit 78) before any store or
   // Redis connection is opened. --config and --listen win over SLUICE_CONFIG_DIR and SLUICE_LISTEN.
-  const settings = readSettings(opts.env ?? process.env);
+  const settings = readSettings(env);
   const { host, port } = parseListen(opts.listen ?? settings.listen);
   const config = loadConfig(resolve(opts.config ?? settings.configDir));
   const log = createLogger(settings.logLevel);
+  // A socket passed by systemd (sluice.socket) wins over --listen: it outlives this process.
+  const fd = inheritedSocket(env);
   const dataDir = resolve(settings.dataDir);
   const store = await openStore({ databaseUrl: settings.databaseUrl, dataDir });
   const counters = await openCounters(settings.redisUrl, log);
@@ -43,22 +51,47 @@ export async function serve(opts: { config?: string; listen?: string; env?: Node
     log.warn('Postgres without Redis: limits, budgets and the IP block are counted per process, so run a single instance only (set SLUICE_REDIS_URL to scale out)');
   }
   const gateway = await createGateway({ config, store, counters, log, settings, dataDir });
-  const addr = await gateway.listen(host, port);
-  log.info({ version: VERSION, listen: `${addr.address}:${addr.port}`, store: store.kind, counters: counters.kind, profiles: [...config.profiles.keys()] }, 'sluice listening');
+
+  // Ready means warm: the hot path runs ~1,000 times before the first client's request does.
+  if (settings.warmupRequests > 0) {
+    try {
+      log.info({ ...(await warmUp(settings.warmupRequests)) }, 'warmed up');
+    } catch (err) {
+      log.warn({ err }, 'warm-up failed: taking traffic cold');
+    }
+  }
+  // Embedded counters carry over: the previous process's windows, IP block and sessions, and
+  // later the counts of a process still draining beside this one (lib/counters/carry.ts).
+  const carry = counters instanceof MemoryCounters ? new CounterCarry({ counters, dataDir, log }) : null;
+  carry?.load();
+  carry?.watch();
+  const addr = fd === null ? await gateway.listen(host, port) : await gateway.listenFd(fd);
+  log.info({
+    version: VERSION, listen: `${addr.address}:${addr.port}`, socket: fd === null ? 'own' : 'systemd',
+    store: store.kind, counters: counters.kind, profiles: [...config.profiles.keys()],
+  }, 'sluice ready');
+  await notifyReady(env, log);
 
   process.on('unhandledRejection', (err) => log.error({ err }, 'unhandled rejection'));
   let stopping = false;
   const stop = async (signal: string) => {
     if (stopping) {
-      // A second signal during the grace period: end the open streams now, but still flush every row.
+      // A second signal during the drain: end the open streams now, but still flush every row.
       log.warn({ signal }, 'second signal: ending open streams now; rows are still flushed');
       gateway.hurry();
       return;
     }
     stopping = true;
-    log.info({ signal }, 'shutting down: no new connections, open streams may finish');
     try {
-      await gateway.close(opts.graceMs ?? settings.shutdownGraceMs);
+      // The listening handle goes at once, inside close(); the rest of the drain runs on.
+      const drained = gateway.close(opts.graceMs ?? settings.shutdownGraceMs);
+      log.info({ signal }, 'draining: no new connections; open streams may finish');
+      // The counts so far, for a process already running beside this one (or the next to start).
+      carry?.write();
+      await drained;
+      // And what the drain counted after.
+      carry?.write();
+      carry?.close();
       await counters.close();
       await store.close();
     } catch (err) {

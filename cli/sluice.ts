@@ -59,6 +59,14 @@ const cli = yargs(hideBin(process.argv))
     const { serve } = await import('./serve.ts');
     await serve({ config: a.config, listen: a.listen });
   })
+  .command('check', 'validate the settings and the configuration as serve would, before a restart (exit 78 on any problem)', (y) => y
+    .option('config', configOpt),
+  async (a) => {
+    const { check } = await import('./check.ts');
+    const { summary, notes } = check({ config: a.config, env });
+    for (const n of notes) process.stderr.write(`note: ${n}\n`);
+    process.stdout.write(`${summary}\n`);
+  })
   .command('keys', 'manage client keys', (y) => y
     .command('create', 'create a key and print it once', (k) => k
       .option('profile', { type: 'string', demandOption: true })

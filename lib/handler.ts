@@ -87,8 +87,12 @@ export function createHandler(opts: HandlerOptions) {
   let inFlight = 0;
   let xffNoted = false;
   let idle: (() => void) | undefined;
+  /** Responses being answered, so a drain can reach those whose head is not written yet. */
+  const open = new Set<ServerResponse>();
+  let draining = false;
   // One listener function for every response, not a closure per request.
-  function onResponseClose(): void {
+  function onResponseClose(this: ServerResponse): void {
+    open.delete(this);
     if (--inFlight === 0) idle?.();
   }
 
@@ -165,13 +169,24 @@ export function createHandler(opts: HandlerOptions) {
     /** The node:http request listener. */
     listener(req: IncomingMessage, res: ServerResponse): void {
       inFlight++;
+      open.add(res);
       res.on('close', onResponseClose);
+      if (draining) res.setHeader('connection', 'close');
       const where = new Where(req, routes);
       handle(req, res, where).catch((err) => fail(req, res, where, err));
     },
     /** HTTP requests being answered right now. */
     get inFlight(): number {
       return inFlight;
+    },
+    /**
+     * The drain begins: every response whose head is still to be written says `connection: close`
+     * (Node then closes its connection once it is sent), so a client or front proxy never sends
+     * another request on a connection this process is about to close.
+     */
+    drain(): void {
+      draining = true;
+      for (const res of open) if (!res.headersSent) res.setHeader('connection', 'close');
     },
     /** Resolves once no request is in flight (at once if none is). */
     idle(): Promise<void> {

@@ -111,7 +111,7 @@ t.test(`sluice arguments and configuration: exit 0/1/2/78, a message, never a st
   const good = configDir(t, profilesYaml('http://127.0.0.1:9'), TIERS_YAML);
   const data = mkdtempSync(join(tmpdir(), 'sluice-fuzz-data-'));
   t.teardown(() => rmSync(data, { recursive: true, force: true }));
-  const env = { SLUICE_DATA_DIR: data, SLUICE_CONFIG_DIR: good };
+  const env = { SLUICE_DATA_DIR: data, SLUICE_CONFIG_DIR: good, SLUICE_WARMUP_REQUESTS: '0' };
   const cases: string[][] = fc.sample(argv, { seed: SEED, numRuns: 14 });
   // Configuration files mutated, behind a command that loads them.
   const files = fc.sample(fc.tuple(mutated(PROFILES), mutated(TIERS)), { seed: SEED + 1, numRuns: 4 });

@@ -53,6 +53,7 @@ const BAD: Record<string, string> = {
   SLUICE_UPSTREAM_TIMEOUT_S: '-5',
   SLUICE_KEY_CACHE_TTL_S: '61',
   SLUICE_SHUTDOWN_GRACE_S: '10s',
+  SLUICE_WARMUP_REQUESTS: 'lots',
   SLUICE_LOG_LEVEL: 'loud',
   SLUICE_REQUEST_RETENTION_DAYS: '0',
 };
@@ -74,7 +75,7 @@ t.test('the defaults', async (t) => {
   t.match(s, {
     configDir: './config', listen: '127.0.0.1:8080', dataDir: './data', databaseUrl: undefined, redisUrl: undefined, provisioningKey: undefined,
     usageRefreshMs: 300_000, reconcilePollMs: 2000, managementTimeoutMs: 15_000, driftPct: 2, driftUsd: 0.05,
-    upstreamTimeoutMs: 300_000, keyCacheTtlMs: 60_000, shutdownGraceMs: 10_000, logLevel: 'info', requestRetentionDays: null,
+    upstreamTimeoutMs: 300_000, keyCacheTtlMs: 60_000, shutdownGraceMs: 600_000, warmupRequests: 1000, logLevel: 'info', requestRetentionDays: null,
   });
   t.strictSame(s.upstreamKeyVars, {});
   for (const ip of ['127.0.0.1', '::1', '10.0.0.5']) t.notOk(inList(s.trustedProxies, ip), `${ip} is not trusted by default`);
@@ -103,14 +104,14 @@ t.test('each variable is read', async (t) => {
     SLUICE_USAGE_REFRESH_S: '0', SLUICE_RECONCILE_POLL_S: '0.5', SLUICE_MANAGEMENT_TIMEOUT_S: '1.5', SLUICE_DRIFT_PCT: '0', SLUICE_DRIFT_USD: '1',
     SLUICE_TRUSTED_PROXIES: '127.0.0.1, 10.0.0.0/8', SLUICE_MAX_CONNECTIONS: '5000', SLUICE_MAX_CONNECTIONS_PER_IP: '0',
     SLUICE_HEADERS_TIMEOUT_S: '2.5', SLUICE_KEEPALIVE_TIMEOUT_S: '125', SLUICE_UPSTREAM_TIMEOUT_S: '30', SLUICE_KEY_CACHE_TTL_S: '0',
-    SLUICE_SHUTDOWN_GRACE_S: '0', SLUICE_LOG_LEVEL: ' warn ', SLUICE_REQUEST_RETENTION_DAYS: '30',
+    SLUICE_SHUTDOWN_GRACE_S: '0', SLUICE_WARMUP_REQUESTS: '0', SLUICE_LOG_LEVEL: ' warn ', SLUICE_REQUEST_RETENTION_DAYS: '30',
   });
   t.match(s, {
     configDir: '/etc/sluice', listen: '[::1]:9000', dataDir: '/var/lib/sluice',
     databaseUrl: 'postgresql://u:p@db/sluice', redisUrl: 'rediss://cache:6380/1', provisioningKey: 'sk-or-v1-p',
     usageRefreshMs: 0, reconcilePollMs: 500, managementTimeoutMs: 1500, driftPct: 0, driftUsd: 1,
     maxConnections: 5000, maxPerAddress: 0, headersTimeoutMs: 2500, keepAliveTimeoutMs: 125_000,
-    upstreamTimeoutMs: 30_000, keyCacheTtlMs: 0, shutdownGraceMs: 0, logLevel: 'warn', requestRetentionDays: 30,
+    upstreamTimeoutMs: 30_000, keyCacheTtlMs: 0, shutdownGraceMs: 0, warmupRequests: 0, logLevel: 'warn', requestRetentionDays: 30,
   });
   t.ok(inList(s.trustedProxies, '127.0.0.1') && inList(s.trustedProxies, '10.1.2.3') && !inList(s.trustedProxies, '11.0.0.1'));
 });
@@ -144,7 +145,7 @@ t.test('a bad value of each variable exits 78 naming it, before a store is opene
   for (const { name, value, r } of runs) {
     t.equal(r.code, 78, `${name}=${value}: exit 78`);
     t.ok(r.stderr.startsWith(`sluice: configuration is invalid:\n  ${problem(name, value)}`), r.stderr);
-    t.notMatch(r.stdout, /sluice listening/, `${name}: it never listened`);
+    t.notMatch(r.stdout, /sluice ready/, `${name}: it never listened`);
     t.notOk(r.storeOpened, `${name}: no store was opened`);
   }
   const grace = runs.find((x) => x.name === 'SLUICE_SHUTDOWN_GRACE_S')!.r;

@@ -1,5 +1,5 @@
 // `sluice serve` as a real process: it listens on port 0 and says where in its
-// 'sluice listening' log line, proxies a request to a simulated router started here, and on
+// 'sluice ready' log line, proxies a request to a simulated router started here, and on
 // SIGTERM stops accepting, lets an open stream finish, writes its row and exits 0. A bad
 // --listen exits 2 and a bad configuration exits 78 with its problems.
 
@@ -8,6 +8,7 @@ import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import net from 'node:net';
 import { createInterface } from 'node:readline';
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import t, { type Test } from 'tap';
@@ -111,14 +112,18 @@ t.test('serve: listens on port 0, proxies, drains a stream on SIGTERM and exits 
   writeFileSync(join(cfg, 'tiers.yaml'), TIERS_YAML);
   const dataDir = tempDir(t, 'sluice-serve-data-');
   const cwd = tempDir(t, 'sluice-serve-cwd-');
-  const env = { SLUICE_CONFIG_DIR: cfg, SLUICE_DATA_DIR: dataDir, SLUICE_UPSTREAM_KEY_DEV: UPSTREAM_KEYS.dev!, SLUICE_LOG_LEVEL: 'info' };
+  const env = { SLUICE_CONFIG_DIR: cfg, SLUICE_DATA_DIR: dataDir, SLUICE_UPSTREAM_KEY_DEV: UPSTREAM_KEYS.dev!, SLUICE_LOG_LEVEL: 'info', SLUICE_WARMUP_REQUESTS: '200' };
 
   const created = await run(['keys', 'create', '--profile', 'dev', '--name', 'serve-test'], env, cwd);
   t.equal(created.code, 0, created.stderr);
   const key = created.stdout.trim();
 
   const p = start(t, ['serve', '--listen', '127.0.0.1:0'], env, cwd);
-  const listening = await p.line((l) => l.msg === 'sluice listening');
+  const listening = await p.line((l) => l.msg === 'sluice ready');
+  const warmed = p.lines.findIndex((l) => l.msg === 'warmed up');
+  t.ok(warmed >= 0 && warmed < p.lines.indexOf(listening), 'it warmed up before it reported ready');
+  t.equal(p.lines[warmed]?.ok, 200, 'every warm-up request was answered');
+  t.equal(sim.received.filter((r) => r.method === 'POST').length, 0, 'the warm-up never reached the configured router');
   const m = /^127\.0\.0\.1:(\d+)$/.exec(listening.listen);
   t.ok(m, `the log line names the address: ${listening.listen}`);
   const port = Number(m![1]);
@@ -151,8 +156,12 @@ t.test('serve: listens on port 0, proxies, drains a stream on SIGTERM and exits 
   }
   t.notOk(text.includes('[DONE]'), 'the stream is still open when SIGTERM is sent');
   p.child.kill('SIGTERM');
-  await p.line((l) => typeof l.msg === 'string' && l.msg.startsWith('shutting down'));
-  await t.rejects(fetch(`${url}/v1/chat/completions`, { method: 'POST', headers, body: '{}' }), 'no new connections while draining');
+  await p.line((l) => typeof l.msg === 'string' && l.msg.startsWith('draining'));
+  const fresh = await new Promise<string>((resolve) => {
+    const s = net.connect(port, '127.0.0.1').once('connect', () => resolve('connected')).once('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? 'error'));
+    s.once('connect', () => s.destroy());
+  });
+  t.equal(fresh, 'ECONNREFUSED', 'no new connections while draining');
   for (;;) {
     const { value, done } = await reader.read();
     if (done) break;
@@ -171,7 +180,8 @@ t.test('serve: listens on port 0, proxies, drains a stream on SIGTERM and exits 
   const store = await openStore({ dataDir });
   t.teardown(() => store.close());
   const rows = await store.listRequests(10);
-  t.equal(rows.length, 2, 'both requests were recorded before exit');
+  t.equal(rows.length, 2, 'both requests were recorded before exit, and none of the warm-up\'s');
+  t.equal((await store.listKeys()).length, 1, 'no key but the test\'s');
   const streamed = rows.find((r) => r.stream);
   t.match(streamed, { endpoint: 'chat', profile: 'dev', status: 200, outcome: 'ok', tier: 'fast', model: 'google/gemini-2.5-flash', output_tokens: 30, cost_source: 'upstream' });
   t.ok(streamed!.cost_usd > 0);
@@ -200,5 +210,5 @@ t.test('serve: bad --listen exits 2, bad configuration exits 78', async (t) => {
     `${join(cfg, 'tiers.yaml')}: tiers.fast.max_output_tokens: must be a number`,
     `${join(cfg, 'profiles.yaml')}: profiles.dev.default_tier: names unknown tier "agnet"`,
   ]);
-  t.notOk(badCfg.stdout.includes('sluice listening'), 'it never listened');
+  t.notOk(badCfg.stdout.includes('sluice ready'), 'it never listened');
 });

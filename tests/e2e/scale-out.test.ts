@@ -21,7 +21,7 @@ async function models(p: GatewayProcess, key: string): Promise<{ status: number;
 
 t.test('both processes run on the shared Postgres and Redis', async (t) => {
   for (const p of [A, B]) {
-    const listening = p.lines.find((l) => l.msg === 'sluice listening')!;
+    const listening = p.lines.find((l) => l.msg === 'sluice ready')!;
     t.equal(listening.store, 'postgres');
     t.equal(listening.counters, 'redis');
     t.notOk(p.lines.some((l) => typeof l.msg === 'string' && l.msg.startsWith('Postgres without Redis')), 'no single-instance warning');
@@ -146,7 +146,7 @@ t.test('rows from both processes land in the one database, each once', async (t)
 
 t.test('Postgres without Redis: one process starts and warns that it must run alone', async (t) => {
   const C = await b.start({ redis: false });
-  const listening = C.lines.find((l) => l.msg === 'sluice listening')!;
+  const listening = C.lines.find((l) => l.msg === 'sluice ready')!;
   t.equal(listening.store, 'postgres');
   t.equal(listening.counters, 'memory');
   const warning = await C.waitForLine((l) => typeof l.msg === 'string' && l.msg.startsWith('Postgres without Redis'));

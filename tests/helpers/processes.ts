@@ -94,7 +94,7 @@ export interface Backings {
   store: Store;
   /** Mints a key through the code of `sluice keys create`. */
   key(profile?: string, name?: string): Promise<string>;
-  /** Starts `sluice serve` on the shared backings and waits for 'sluice listening'. */
+  /** Starts `sluice serve` on the shared backings and waits for 'sluice ready'. */
   start(opts?: { dataDir?: string; redis?: boolean; env?: Record<string, string> }): Promise<GatewayProcess>;
   /** Runs the admin CLI against the shared database (direct). */
   cli(args: string[]): Promise<CliRun>;
@@ -159,6 +159,8 @@ export async function startBackings(t: Test, opts: { extraProfiles?: string } = 
     // The tests play a front proxy on loopback: client addresses arrive as X-Forwarded-For.
     SLUICE_TRUSTED_PROXIES: '127.0.0.1',
     SLUICE_SHUTDOWN_GRACE_S: '2',
+    // The warm-up is held by tests/e2e/warmup.test.ts; these tests start many processes.
+    SLUICE_WARMUP_REQUESTS: '0',
     SLUICE_UPSTREAM_KEY_DEV: UPSTREAM_KEYS.dev,
     SLUICE_UPSTREAM_KEY_ASSISTANT: UPSTREAM_KEYS.assistant,
     SLUICE_UPSTREAM_KEY_TINY: UPSTREAM_KEYS.tiny,
@@ -179,7 +181,7 @@ export async function startBackings(t: Test, opts: { extraProfiles?: string } = 
       });
       const proc = watch(child, dataDir);
       t.teardown(() => kill(child, proc.exited));
-      const listening = await proc.waitForLine((l) => l.msg === 'sluice listening', { timeoutMs: 15_000 });
+      const listening = await proc.waitForLine((l) => l.msg === 'sluice ready', { timeoutMs: 15_000 });
       proc.url = `http://${listening.listen}`;
       return proc;
     },

@@ -1,0 +1,131 @@
+// The soft drain (lib/server.ts close), in-process over real connections: once it begins, a new
+// connection is refused (the listening handle is gone) but a request on a connection already open
+// is still answered, with `connection: close`, and the connection then closes; a response whose
+// head was still to be written says `connection: close`; an idle connection is closed once the
+// drain's idle time is over, not at once; an open stream runs to its last event and its row, and
+// close() resolves only after it. Every wait is for an event (a socket's close, the simulated
+// router seeing the request, a chunk), and the idle time is either long and ended by hurry() or
+// short and waited for by the socket's close.
+
+import { once } from 'node:events';
+import http from 'node:http';
+import net from 'node:net';
+import t from 'tap';
+import { startHarness, type Harness } from '../helpers/gateway.ts';
+
+const CHAT = (extra: Record<string, unknown> = {}) => JSON.stringify({ model: 'sluice/fast', max_tokens: 16, messages: [{ role: 'user', content: 'hi' }], ...extra });
+
+/** One keep-alive connection, to send requests on one after another and see it close. */
+function connection(h: Harness) {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const port = Number(new URL(h.url).port);
+  let socket: net.Socket | undefined;
+  return {
+    agent,
+    get socket() {
+      return socket!;
+    },
+    send(key: string, o: { sim?: string; stream?: boolean } = {}): Promise<{ status: number; connection: string | undefined; body: string; res: http.IncomingMessage }> {
+      return new Promise((resolve, reject) => {
+        const req = http.request({
+          host: '127.0.0.1', port, method: 'POST', path: '/v1/chat/completions', agent,
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${key}`, ...(o.sim ? { 'x-sim': o.sim } : {}) },
+        }, (res) => {
+          let body = '';
+          res.setEncoding('utf8').on('data', (d: string) => (body += d));
+          res.once('end', () => resolve({ status: res.statusCode!, connection: res.headers.connection, body, res }));
+        });
+        req.once('socket', (s) => (socket = s));
+        req.once('error', reject);
+        req.end(CHAT(o.stream ? { stream: true } : {}));
+      });
+    },
+  };
+}
+
+function refused(h: Harness): Promise<string> {
+  return new Promise((resolve) => {
+    const s = net.connect(Number(new URL(h.url).port), '127.0.0.1');
+    s.once('connect', () => {
+      s.destroy();
+      resolve('connected');
+    });
+    s.once('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? 'error'));
+  });
+}
+
+t.test('a request on an open connection during the drain is answered with connection: close; new connections are refused', async (t) => {
+  const h = await startHarness(t, { drainIdleMs: 60_000 });
+  const key = await h.key();
+  const c = connection(h);
+  const first = await c.send(key);
+  t.equal(first.status, 200);
+  t.equal(first.connection, 'keep-alive', 'before the drain: kept alive');
+  const socket = c.socket;
+  const closing = h.gateway.close(60_000);
+  t.equal(await refused(h), 'ECONNREFUSED', 'the listening handle is gone: a new connection is refused');
+  t.equal(socket.destroyed, false, 'the idle connection is not closed at once');
+  const during = await c.send(key);
+  t.equal(c.socket, socket, 'the same connection');
+  t.equal(during.status, 200, 'answered in full');
+  t.equal(during.connection, 'close', 'and told to close');
+  if (!socket.closed) await once(socket, 'close');
+  t.pass('the connection closed after that response');
+  h.gateway.hurry();
+  await closing;
+  c.agent.destroy();
+});
+
+t.test('a response not begun when the drain began says connection: close', async (t) => {
+  const h = await startHarness(t, { drainIdleMs: 60_000 });
+  const key = await h.key();
+  const c = connection(h);
+  await c.send(key); // the connection is open and idle
+  const seen = once(h.sim.events, 'request');
+  const slow = c.send(key, { sim: 'delay-ms=300' });
+  await seen; // sluice forwarded it: its response head is still to come
+  const closing = h.gateway.close(60_000);
+  const r = await slow;
+  t.equal(r.status, 200);
+  t.equal(r.connection, 'close');
+  h.gateway.hurry();
+  await closing;
+  c.agent.destroy();
+});
+
+t.test('an idle connection is closed once the idle time is over', async (t) => {
+  const h = await startHarness(t, { drainIdleMs: 100 });
+  const key = await h.key();
+  const c = connection(h);
+  await c.send(key);
+  const socket = c.socket;
+  const closing = h.gateway.close(60_000);
+  await once(socket, 'close');
+  t.pass('closed by the drain');
+  await closing;
+  c.agent.destroy();
+});
+
+t.test('an open stream runs to its last event and its row; close() waits for it', async (t) => {
+  const h = await startHarness(t, { drainIdleMs: 50 });
+  const key = await h.key();
+  const c = connection(h);
+  let closedAt = 0;
+  let endedAt = 0;
+  const stream = c.send(key, { stream: true, sim: 'chunks=6;chunk-delay-ms=100' }).then((r) => {
+    endedAt = performance.now();
+    return r;
+  });
+  await once(h.sim.events, 'request');
+  const closing = h.gateway.close(60_000).then(() => (closedAt = performance.now()));
+  const r = await stream;
+  t.equal(r.status, 200);
+  t.match(r.body, /data: \[DONE\]\n\n$/, 'the stream reached its last event');
+  t.notMatch(r.body, /"error"/, 'no error event');
+  await closing;
+  t.ok(closedAt >= endedAt, 'close() resolved after the stream ended');
+  const rows = await h.store.listRequests(10);
+  t.equal(rows.length, 1, 'one row');
+  t.match(rows[0], { stream: true, status: 200, outcome: 'ok' });
+  c.agent.destroy();
+});
