@@ -81,7 +81,7 @@ profiles:
  * the node binary and the script (the benchmarks measure sluice as it is installed).
  */
 export function serveNodeFlags(): string[] {
-  const exec = /^ExecStart=(.*)$/m.exec(readFileSync(join(ROOT, 'systemd/sluice.service'), 'utf8'))![1]!.split(' ');
+  const exec = /^ExecStart=(.*)$/m.exec(readFileSync(join(ROOT, 'systemd/sluice@.service'), 'utf8'))![1]!.split(' ');
   return exec.slice(1, exec.findIndex((a) => a.endsWith('cli/sluice.ts')));
 }
 

@@ -13,7 +13,7 @@ import { MemoryCounters } from '../lib/counters/memory.ts';
 import { CounterCarry } from '../lib/counters/carry.ts';
 import { createLogger } from '../lib/log.ts';
 import { createGateway, VERSION } from '../lib/server.ts';
-import { inheritedSocket, notifyReady } from '../lib/systemd.ts';
+import { inheritedSocket, reportReady } from '../lib/systemd.ts';
 import { warmUp } from '../lib/warmup.ts';
 import { hostPort, readSettings } from '../lib/settings.ts';
 import { openStore } from '../lib/store/open.ts';
@@ -70,7 +70,7 @@ export async function serve(opts: { config?: string; listen?: string; env?: Node
     version: VERSION, listen: `${addr.address}:${addr.port}`, socket: fd === null ? 'own' : 'systemd',
     store: store.kind, counters: counters.kind, profiles: [...config.profiles.keys()],
   }, 'sluice ready');
-  await notifyReady(env, log);
+  reportReady(env, log);
 
   process.on('unhandledRejection', (err) => log.error({ err }, 'unhandled rejection'));
   let stopping = false;

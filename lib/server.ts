@@ -220,8 +220,9 @@ export async function createGateway(opts: GatewayOptions) {
     async listenFd(fd: number): Promise<AddressInfo> {
       await new Promise<void>((resolve, reject) => {
         server.once('error', reject);
-        // Node calls listen() on the socket again, which sets its queue length: keep the unit's size.
-        server.listen({ fd, backlog: LISTEN_BACKLOG }, () => {
+        // Node calls listen() on the socket again, which sets its queue length: keep the unit's
+        // size. The argument, not the options' `backlog`: Node ignores that one for an fd.
+        server.listen({ fd }, LISTEN_BACKLOG, () => {
           server.off('error', reject);
           resolve();
         });

@@ -1,11 +1,11 @@
-// The two things sluice takes from systemd, both optional: the listening socket a socket unit
+// The two things sluice shares with systemd, both optional: the listening socket a socket unit
 // passes (sd_listen_fds: `LISTEN_FDS` sockets from fd 3, meant for the process `LISTEN_PID`), so the
-// socket outlives each process and two generations can share it during an upgrade; and the
-// readiness report of a `Type=notify` unit. Node cannot send the notify datagram itself (node:dgram
-// has no unix sockets), so the report goes through `systemd-notify --ready`, which the unit must
-// accept from a child (`NotifyAccess=all`). Without systemd both are no-ops.
+// socket outlives each process and two generations can share it during an upgrade; and the report
+// that the service is ready, a file in the unit's runtime directory (systemd/sluice@.service waits
+// for it). Without systemd both are no-ops.
 
-import { spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Logger } from 'pino';
 
 /** The first fd systemd passes (SD_LISTEN_FDS_START). */
@@ -28,21 +28,22 @@ export function inheritedSocket(env: NodeJS.ProcessEnv, pid = process.pid): numb
 }
 
 /**
- * Tells systemd the service is ready (a `Type=notify` unit's start job ends here). Resolves once
- * `systemd-notify` has run; a failure is logged, never thrown: the service works on, and systemd's
- * TimeoutStartSec says the rest.
+ * Says the service is ready: writes `ready` (this process's pid) into the unit's runtime
+ * directory (`RUNTIME_DIRECTORY`, set by `RuntimeDirectory=`), which the unit's `ExecStartPost=`
+ * waits for, so `systemctl start` returns only now. A file, not sd_notify: the notify datagram
+ * would have to come from a child (`systemd-notify`), which needs `NotifyAccess=all`, a wider
+ * opening of the sandbox than a file in a directory only this unit can write. A failure is
+ * logged, never thrown: the service works on, and TimeoutStartSec says the rest.
  */
-export function notifyReady(env: NodeJS.ProcessEnv, log: Logger): Promise<void> {
-  if (!env.NOTIFY_SOCKET) return Promise.resolve();
-  return new Promise((resolve) => {
-    const child = spawn('systemd-notify', ['--ready'], { stdio: 'ignore', env });
-    child.once('error', (err) => {
-      log.error({ err }, 'systemd-notify could not be run: systemd is not told the service is ready');
-      resolve();
-    });
-    child.once('exit', (code) => {
-      if (code !== 0) log.error({ code }, 'systemd-notify --ready failed: is NotifyAccess=all set in the unit?');
-      resolve();
-    });
-  });
+export function reportReady(env: NodeJS.ProcessEnv, log: Logger): void {
+  const dir = env.RUNTIME_DIRECTORY?.split(':')[0];
+  if (!dir) return;
+  try {
+    writeFileSync(join(dir, READY_FILE), `${process.pid}\n`, { mode: 0o600 });
+  } catch (err) {
+    log.error({ err }, 'the ready file could not be written: systemd is not told the service is ready');
+  }
 }
+
+/** The file reportReady writes in the runtime directory. */
+export const READY_FILE = 'ready';
