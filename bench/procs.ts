@@ -5,6 +5,7 @@
 
 import { fork, type ChildProcess } from 'node:child_process';
 import { ROOT, spawnNode, tempDir, track, type Spawned } from './children.ts';
+import { serveNodeFlags } from './unit-flags.ts';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { copyFileSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -76,14 +77,6 @@ profiles:
   return dir;
 }
 
-/**
- * The Node flags sluice runs with in production: those of the systemd unit's ExecStart, between
- * the node binary and the script (the benchmarks measure sluice as it is installed).
- */
-export function serveNodeFlags(): string[] {
-  const exec = /^ExecStart=(.*)$/m.exec(readFileSync(join(ROOT, 'systemd/sluice@.service'), 'utf8'))![1]!.split(' ');
-  return exec.slice(1, exec.findIndex((a) => a.endsWith('cli/sluice.ts')));
-}
 
 /** One profile whose limits never bind, pointing at the sim; `sluice serve` on the embedded store. */
 export async function startSluice(sim: Proc, o: { nodeFlags?: string[]; env?: NodeJS.ProcessEnv; logLevel?: string } = {}): Promise<Sluice> {

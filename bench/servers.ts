@@ -8,7 +8,8 @@ import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
-import { benchConfig, freePort, serveNodeFlags } from './procs.ts';
+import { benchConfig, freePort } from './procs.ts';
+import { serveNodeFlags } from './unit-flags.ts';
 import { PG_ADMIN_URL, PROFILE_DIR, REDIS_URL, UPSTREAM_KEY, type StoreKind } from './settings.ts';
 
 export { cleanup, wasInterrupted } from './children.ts';

@@ -22,6 +22,8 @@ export interface StreamSpec {
   abortAfterBytes?: number;
   agent?: http.Agent | false;
   timeoutMs?: number;
+  /** Called once the response's headers arrived (the stream is open), before its body. */
+  onResponse?: (status: number) => void;
 }
 
 export interface StreamResult {
@@ -38,6 +40,8 @@ export interface StreamResult {
   deltas: number;
   digest: string;
   generationId: string;
+  /** sluice's `x-sluice-request-id` (the stored row's id); '' when absent. */
+  requestId: string;
   text?: string;
   /** The client closed the connection itself (abortAfterBytes). */
   aborted: boolean;
@@ -67,6 +71,7 @@ export function streamRequest(spec: StreamSpec): Promise<StreamResult> {
     const parts: string[] = [];
     let status = 0;
     let generationId = '';
+    let requestId = '';
     let settled = false;
     let aborted = false;
     const done = (error?: string) => {
@@ -75,7 +80,7 @@ export function streamRequest(spec: StreamSpec): Promise<StreamResult> {
       const text = parts.join('') + pending;
       resolve({
         status, error, ttfb, total: performance.now() - t0, bytes, gaps, deltas,
-        digest: normalisedDigest(text, generationId), generationId, text: spec.keepText ? text : undefined, aborted,
+        digest: normalisedDigest(text, generationId), generationId, requestId, text: spec.keepText ? text : undefined, aborted,
       });
     };
     const req = http.request({
@@ -84,6 +89,8 @@ export function streamRequest(spec: StreamSpec): Promise<StreamResult> {
     }, (res) => {
       status = res.statusCode ?? 0;
       generationId = String(res.headers['x-generation-id'] ?? '');
+      requestId = String(res.headers['x-sluice-request-id'] ?? '');
+      spec.onResponse?.(status);
       res.setEncoding('utf8');
       res.on('data', (chunk: string) => {
         const now = performance.now();
