@@ -1,7 +1,7 @@
 // `sluice serve`: reads the settings once (lib/settings.ts) and the configuration, builds the
-// gateway from them, warms it up (lib/warmup.ts), takes over the embedded counters of the process
+// gateway from them, warms it up (lib/lifecycle/warmup.ts), takes over the embedded counters of the process
 // before it (lib/counters/carry.ts), then listens (on systemd's socket when one is passed,
-// lib/systemd.ts) and reports ready. On SIGTERM or SIGINT it drains (lib/server.ts close): no new
+// lib/lifecycle/systemd.ts) and reports ready. On SIGTERM or SIGINT it drains (lib/server.ts close): no new
 // connections, open streams run to their end within SLUICE_SHUTDOWN_GRACE_S, every row flushed,
 // exit 0; a second signal ends the drain at once (rows still flushed). Start-up problems with the
 // configuration or the settings exit 78, every problem listed, each naming what is wrong.
@@ -13,8 +13,8 @@ import { MemoryCounters } from '../lib/counters/memory.ts';
 import { CounterCarry } from '../lib/counters/carry.ts';
 import { createLogger } from '../lib/log.ts';
 import { createGateway, VERSION } from '../lib/server.ts';
-import { inheritedSocket, reportReady } from '../lib/systemd.ts';
-import { warmUp } from '../lib/warmup.ts';
+import { inheritedSocket, reportReady } from '../lib/lifecycle/systemd.ts';
+import { warmUp } from '../lib/lifecycle/warmup.ts';
 import { hostPort, readSettings } from '../lib/settings.ts';
 import { openStore } from '../lib/store/open.ts';
 import { UsageError } from './errors.ts';

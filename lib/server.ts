@@ -214,7 +214,7 @@ export async function createGateway(opts: GatewayOptions) {
       return server.address() as AddressInfo;
     },
     /**
-     * Listens on a socket inherited from systemd (lib/systemd.ts), already bound and listening and
+     * Listens on a socket inherited from systemd (lib/lifecycle/systemd.ts), already bound and listening and
      * shared with any other sluice process it was passed to: each takes connections from its queue.
      */
     async listenFd(fd: number): Promise<AddressInfo> {

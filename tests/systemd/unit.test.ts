@@ -20,7 +20,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import t, { type Test } from 'tap';
 import { SETTINGS } from '../../lib/settings.ts';
-import { READY_FILE } from '../../lib/systemd.ts';
+import { READY_FILE } from '../../lib/lifecycle/systemd.ts';
 import { TIERS_YAML } from '../helpers/gateway.ts';
 import { startSocketHolder } from '../helpers/socket-holder.ts';
 
