@@ -60,6 +60,10 @@ export async function serve(opts: { config?: string; listen?: string; env?: Node
       log.warn({ err }, 'warm-up failed: taking traffic cold');
     }
   }
+  // The first requests after a start find their key and their profile's spend in memory, not in
+  // the store: the keys used in the last day, and each profile's windows read once.
+  gateway.deps.keyCache.prime(await store.listKeys(), Date.now() - 86_400_000);
+  await Promise.all([...config.profiles.values()].map((p) => gateway.deps.budget.state(p)));
   // Embedded counters carry over: the previous process's windows, IP block and sessions, and
   // later the counts of a process still draining beside this one (lib/counters/carry.ts).
   const carry = counters instanceof MemoryCounters ? new CounterCarry({ counters, dataDir, log }) : null;

@@ -7,7 +7,7 @@
 
 import { compileIpList } from './client-ip.ts';
 import type { AuthedKey } from './context.ts';
-import type { Store } from './store/store.ts';
+import type { KeyRow, Store } from './store/store.ts';
 
 interface Entry { key: AuthedKey | null; until: number }
 
@@ -32,6 +32,23 @@ export class KeyCache {
   /** Hashes held (known keys and unknown ones), for the board's health section. */
   get size(): number {
     return this.entries.size;
+  }
+
+  /**
+   * Caches the keys of `rows` used at or after `usedSince` (ms), as a lookup would: a new process's
+   * first requests then find their key here, not in the store. At most the cache's bound; returns
+   * how many were cached. Nothing is touched (`last_used_at` moves on the next miss, a TTL later).
+   */
+  prime(rows: readonly KeyRow[], usedSince: number): number {
+    const now = this.now();
+    let n = 0;
+    for (const row of rows) {
+      if (n >= this.max) break;
+      if (row.last_used_at === null || Date.parse(row.last_used_at) < usedSince) continue;
+      this.entries.set(row.key_hash, { key: { row, allow: row.ip_allow ? compileIpList(row.ip_allow.split(',')) : undefined }, until: now + this.ttlMs });
+      n++;
+    }
+    return n;
   }
 
   /** The cached answer for this hash while it is fresh (null: known unknown), else undefined: no promise on a hit. */

@@ -174,6 +174,29 @@ t.test('the cache: lookups of one hash in flight at once share one query and one
   t.equal(s.calls.lookups.length, 4);
 });
 
+t.test('the cache primed from one listing: keys used since the cut are hits, others are looked up', async (t) => {
+  const recent = generateKey('dev');
+  const stale = generateKey('dev');
+  const never = generateKey('dev');
+  const rows = [
+    row(recent, { id: 1, last_used_at: new Date(NOW - 3_600_000).toISOString(), ip_allow: '203.0.113.0/24' }),
+    row(stale, { id: 2, last_used_at: new Date(NOW - 3 * 86_400_000).toISOString() }),
+    row(never, { id: 3 }),
+  ];
+  const { store, calls } = fakeStore(rows);
+  const cache = new KeyCache({ store, now: () => NOW, onTouchError: () => {} });
+  t.equal(cache.prime(rows, NOW - 86_400_000), 1, 'only the key used in the last day');
+  const hit = cache.peek(hashKey(recent));
+  t.equal(hit?.row.id, 1, 'a hit without a promise');
+  t.equal(hit?.allow?.check('203.0.113.7', 'ipv4'), true, 'with its allowlist compiled');
+  t.equal(cache.peek(hashKey(stale)), undefined);
+  await cache.lookup(hashKey(stale));
+  t.same(calls.lookups, [hashKey(stale)], 'the others go to the store as before');
+  t.same(calls.touches.map(([id]) => id), [2], 'priming touched nothing');
+  const small = new KeyCache({ store, now: () => NOW, max: 1, onTouchError: () => {} });
+  t.equal(small.prime([rows[0]!, { ...rows[1]!, last_used_at: rows[0]!.last_used_at }], 0), 1, 'never past the bound');
+});
+
 t.test('the cache is bounded', async (t) => {
   const { store, calls } = fakeStore([]);
   const cache = new KeyCache({ store, now: () => NOW, max: 2, onTouchError: () => {} });
