@@ -94,7 +94,8 @@ export class Budget {
   /** Spend reads from memory (refreshed behind), increments batched off the request path. */
   private readonly counters: SpendCache;
   private readonly store: Store;
-  private readonly now: () => number;
+  /** The wall clock the UTC windows follow (the /metrics window gauges read it too). */
+  readonly now: () => number;
 
   /** `now` is the wall clock the UTC windows follow; `cache` tunes (and in tests drives) the SpendCache. */
   constructor(opts: { counters: Counters; store: Store; now: () => number; cache?: SpendCacheOptions }) {

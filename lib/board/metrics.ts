@@ -1,15 +1,17 @@
 // The Prometheus metrics of one gateway (`GET /metrics`): its own prom-client Registry, the hooks
 // the server calls as rows are recorded, auth fails and errors are rendered, and the gauges read
-// once per scrape. Labels are bounded by configuration (profiles, tiers, routes, catalogue codes):
-// never a key, prefix, end user, session, IP or free-form model id. Recording a row is a map lookup
-// plus a few additions to plain numbers (./tallies.ts); a scrape never waits more than
-// `collectTimeoutMs` on the budget counters.
+// once per scrape, among them what the alerting rules (systemd/prometheus/sluice-alerts.yml) need to
+// project a budget's end: each budget in USD and the seconds left in the UTC day and month. Labels
+// are bounded by configuration (profiles, tiers, routes, catalogue codes): never a key, prefix, end
+// user, session, IP or free-form model id. Recording a row is a map lookup plus a few additions to
+// plain numbers (./tallies.ts); a scrape never waits more than `collectTimeoutMs` on the budget
+// counters.
 
-import { isRoute } from '../routes.ts';
+import { ALL_V1, isRoute } from '../routes.ts';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
-import { BUDGET_STAGES, type Budget } from '../budget.ts';
+import { BUDGET_STAGES, windows, type Budget } from '../budget.ts';
 import type { Config } from '../config.ts';
 import type { ErrorCode } from '../errors.ts';
 import { statusClass } from '../store/rollups.ts';
@@ -18,7 +20,8 @@ import { CounterFamily, HistogramFamily, type CounterCell, type HistogramCell } 
 
 export interface MetricsSources {
   config: Config;
-  budget: Pick<Budget, 'state'>;
+  /** Budget states per profile, and the clock the UTC windows follow. */
+  budget: Pick<Budget, 'state' | 'now'>;
   store: Partial<Pick<Store, 'latestUsageSnapshots'>>;
   recorder: { readonly pending: number; readonly storeDown: boolean };
   counters: { readonly degraded: boolean };
@@ -66,11 +69,29 @@ export function createMetrics(src: MetricsSources) {
   const connectionsRefused = new Counter({ name: 'sluice_connections_refused_total', help: 'Connections closed on arrival because a connection cap was reached, by cap: per_address or global.', labelNames: ['cap'], registers });
   for (const c of ['per_address', 'global']) connectionsRefused.labels(c).inc(0);
   const refusals = new Counter({ name: 'sluice_refusals_total', help: "Requests sluice answered with its own error (ip_blocked, rate_limit_exceeded, budget_exhausted, ...), by route, profile and code.", labelNames: ['route', 'profile', 'code'], registers });
+  // The IP block's refusals as its first step makes them (before any key is read: profile none)
+  // start at zero on every route, so the first refusal is an increase a rule sees, not a series
+  // that appears at 1.
+  for (const r of ALL_V1) refusals.labels(r, 'none', 'ip_blocked').inc(0);
 
   const spendRatio = new Gauge({ name: 'sluice_budget_spend_ratio', help: "Spend over budget (1 = the budget), per profile and window.", labelNames: ['profile', 'window'], registers });
   const stage = new Gauge({ name: 'sluice_budget_degradation_stage', help: `Degradation stage per profile: ${BUDGET_STAGES.map((name, i) => `${i} ${name}`).join(', ')}.`, labelNames: ['profile'], registers });
   const limitRemaining = new Gauge({ name: 'sluice_upstream_limit_remaining_usd', help: "The upstream key's remaining limit in USD at the latest usage snapshot, per profile.", labelNames: ['profile'], registers });
   const drift = new Gauge({ name: 'sluice_upstream_drift_usd', help: "Ledger minus the router's daily usage at the latest usage snapshot, per profile.", labelNames: ['profile'], registers });
+  const budgetUsd = new Gauge({ name: 'sluice_budget_usd', help: 'The configured budget in USD, per profile and window (day or month).', labelNames: ['profile', 'window'], registers });
+  for (const p of src.config.profiles.values()) {
+    budgetUsd.labels(p.name, 'day').set(p.budget.daily_usd);
+    budgetUsd.labels(p.name, 'month').set(p.budget.monthly_usd);
+  }
+  new Gauge({
+    name: 'sluice_budget_window_seconds_left', help: 'Seconds until the current UTC budget window (day or month) ends.', labelNames: ['window'], registers,
+    collect() {
+      const now = src.budget.now();
+      const w = windows(now);
+      this.labels('day').set((w.dayEnd - now) / 1000);
+      this.labels('month').set((w.monthEnd - now) / 1000);
+    },
+  });
   const collectFailures = new Counter({ name: 'sluice_metrics_collect_failures_total', help: 'Scrapes that showed older budget or usage values because reading them failed or took too long.', registers });
   let streams = 0;
   new Gauge({ name: 'sluice_in_flight_requests', help: 'HTTP requests being answered now.', registers, collect() { this.set(src.inFlight()); } });

@@ -1,6 +1,6 @@
 // The metrics of lib/board/metrics.ts without a gateway: labels bounded by configuration, a scrape
 // that never waits long on a stalled or failing budget read, usage snapshots turned into gauges,
-// streams counted until their connection closes.
+// streams counted until their connection closes, the budgets and the time left in their UTC windows.
 
 import { EventEmitter } from 'node:events';
 import type { ServerResponse } from 'node:http';
@@ -14,6 +14,9 @@ import { parseMetrics, sumOf } from '../helpers/prom-text.ts';
 function profile(name: string, daily: number, monthly: number): Profile {
   return { name, default_tier: 'fast', router: 'r', budget: { daily_usd: daily, monthly_usd: monthly }, l2_cache: false, rate_limits: { per_key_per_minute: 60, per_user_per_minute: 10 } };
 }
+
+/** 2025-03-31 18:00 UTC: six hours left in the day, and in the month (its last day). */
+const NOW = Date.UTC(2025, 2, 31, 18);
 
 const config: Config = {
   dir: '/nowhere',
@@ -39,7 +42,7 @@ function row(o: Partial<RequestRow> = {}): RequestRow {
 function sources(o: Partial<MetricsSources> = {}): MetricsSources {
   return {
     config,
-    budget: { state: async (p: Profile) => (p.name === 'dev' ? state(2.5, 10, 'none') : state(0.9, 5, 'max-tokens', true)) },
+    budget: { state: async (p: Profile) => (p.name === 'dev' ? state(2.5, 10, 'none') : state(0.9, 5, 'max-tokens', true)), now: () => NOW },
     store: {},
     recorder: { pending: 3, storeDown: true },
     counters: { degraded: true },
@@ -108,6 +111,28 @@ t.test('auth failures, refusals, streams and health gauges', async (t) => {
   t.equal(value(body, 'sluice_budget_degradation_stage', { profile: 'dev' }), 0);
   t.equal(value(body, 'sluice_budget_degradation_stage', { profile: 'ops' }), 3, 'blocked is stage 3');
   t.ok(parseMetrics(body).some((s) => s.name === 'sluice_event_loop_delay_max_seconds'));
+  for (const route of ['chat', 'messages', 'count_tokens', 'responses', 'models']) {
+    t.ok(parseMetrics(body).some((s) => s.name === 'sluice_refusals_total' && s.labels.route === route && s.labels.profile === 'none' && s.labels.code === 'ip_blocked'), `${route}: the ip_blocked refusals start at zero`);
+  }
+  t.equal(value(body, 'sluice_refusals_total', { code: 'ip_blocked' }), 0);
+});
+
+t.test('the budgets in USD and the time left in their UTC windows, on the budget clock', async (t) => {
+  const clock = { now: NOW };
+  const m = createMetrics(sources({ budget: { state: async () => state(0, 0, 'none'), now: () => clock.now } }));
+  t.teardown(() => m.close());
+  let body = (await m.scrape()).body;
+  t.equal(value(body, 'sluice_budget_usd', { profile: 'dev', window: 'day' }), 10);
+  t.equal(value(body, 'sluice_budget_usd', { profile: 'dev', window: 'month' }), 100);
+  t.equal(value(body, 'sluice_budget_usd', { profile: 'ops', window: 'day' }), 1);
+  t.equal(value(body, 'sluice_budget_usd', { profile: 'ops', window: 'month' }), 10);
+  t.equal(value(body, 'sluice_budget_window_seconds_left', { window: 'day' }), 6 * 3600);
+  t.equal(value(body, 'sluice_budget_window_seconds_left', { window: 'month' }), 6 * 3600, 'the last day of March: the month ends with the day');
+  clock.now += 6 * 3600 * 1000 + 500;
+  body = (await m.scrape()).body;
+  t.equal(value(body, 'sluice_budget_window_seconds_left', { window: 'day' }), 86_399.5, 'a new day, half a second in');
+  t.equal(value(body, 'sluice_budget_window_seconds_left', { window: 'month' }), 30 * 86_400 - 0.5, 'April has thirty days');
+  t.strictSame(parseMetrics(body).filter((s) => s.name === 'sluice_budget_window_seconds_left').map((s) => s.labels), [{ window: 'day' }, { window: 'month' }], 'one series per window, no profile');
 });
 
 t.test('usage snapshots become the remaining-limit and drift gauges', async (t) => {
@@ -135,6 +160,7 @@ t.test('a stalled or failing budget read never holds the scrape', async (t) => {
   const m = createMetrics(sources({
     collectTimeoutMs: 50,
     budget: {
+      now: () => NOW,
       async state() {
         reads++;
         if (fail) throw new Error('redis gone');

@@ -51,7 +51,7 @@ t.test('/metrics and the summary count the same rows under the same classes', as
   t.strictSame(want, { other: 302, '2xx': 102, '3xx': 100, '4xx': 103, '5xx': 101 }, '0–199 and 600–699 are other, and the extra rows in their classes');
 
   const metrics = createMetrics({
-    config, budget: { state: async () => { throw new Error('no budget here'); } }, store: {}, recorder: { pending: 0, storeDown: false },
+    config, budget: { state: async () => { throw new Error('no budget here'); }, now: Date.now }, store: {}, recorder: { pending: 0, storeDown: false },
     counters: { degraded: false }, inFlight: () => 0, version: 'test', collectTimeoutMs: 10,
   });
   t.teardown(() => metrics.close());
