@@ -139,7 +139,7 @@ t.test('a second signal during the grace period ends at once and still flushes',
   await Promise.all(streams.map((s) => s.begun));
   const mark = A.lines.length;
   const exit = A.stop('SIGTERM');
-  await A.waitForLine((l) => l.msg === 'shutting down: no new connections, open streams may finish', { from: mark });
+  await A.waitForLine((l) => l.msg === 'draining: no new connections; open streams may finish', { from: mark });
   const second = Date.now();
   process.kill(A.pid, 'SIGINT');
   const { code } = await exit;
