@@ -1,8 +1,8 @@
 // One key cannot hurt the others: the request shapes that used to stall the event loop for seconds
 // or take hundreds of MB (a conversation of thousands of user turns, a long `models` list, a body
 // of a million members, a session id of megabytes, bodies that arrive slowly) go through a live
-// gateway while the loop's longest stall is measured (perf_hooks' event-loop delay histogram) and
-// the process's resident memory is read from /proc. The bound each test holds is documented in
+// gateway while the CPU time they take is measured (process.cpuUsage; the loop's longest stall is
+// printed beside it) and the process's resident memory is read from /proc. The bound each test holds is documented in
 // docs/http.md ("Bounds"); the sizes are those of the issue that found them.
 
 import { readFileSync } from 'node:fs';
@@ -16,23 +16,28 @@ import type { Harness } from '../helpers/gateway.ts';
 import { roomyHarness } from '../helpers/upstream.ts';
 
 /**
- * The longest the loop may stall on one of these requests. Quiet, sluice holds it a few tens of
- * ms at most; the margin is for a loaded CI machine. The shapes it guards took 5–30 s before.
+ * The CPU time (all of this process's threads: the client, the gateway and the simulated router)
+ * one of these requests may take. Quiet, the whole exchange takes a few tens of ms; the shapes it
+ * guards took 5–30 s of CPU before. CPU time, not the loop's longest stall: on a busy machine a
+ * stall also counts the time the process waited for a core (a stall of 337 ms was seen at load 15
+ * for work of 40 ms), CPU time does not. The longest stall is printed beside it.
  */
-const STALL_MS = 250;
+const CPU_MS = 1500;
 
 /** Resident memory of this process (the gateway runs in it), from /proc. */
 function rssBytes(): number {
   return Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'))![1]) * 1024;
 }
 
-/** Runs `fn` and returns what it returned with the longest event-loop stall seen meanwhile (ms). */
-async function stallOf<T>(fn: () => Promise<T>): Promise<{ value: T; stallMs: number }> {
+/** Runs `fn`; returns what it returned, the process CPU time it took and the loop's longest stall meanwhile (ms). */
+async function costOf<T>(fn: () => Promise<T>): Promise<{ value: T; cpuMs: number; stallMs: number }> {
   const h = monitorEventLoopDelay({ resolution: 5 });
   h.enable();
+  const cpu = process.cpuUsage();
   try {
     const value = await fn();
-    return { value, stallMs: h.max / 1e6 };
+    const used = process.cpuUsage(cpu);
+    return { value, cpuMs: (used.user + used.system) / 1000, stallMs: h.max / 1e6 };
   } finally {
     h.disable();
   }
@@ -53,9 +58,9 @@ t.test('each shape: answered, within the stall bound, and bounded in what it sto
   await t.test('16,000 one-word user turns after a system turn: merged in one pass', async (t) => {
     const messages = [{ role: 'system', content: 'be brief' }, ...Array.from({ length: 16_000 }, (_, i) => ({ role: 'user', content: `w${i}` }))];
     const body = JSON.stringify({ model: 'claude-sonnet-4-5', max_tokens: 50, messages });
-    const { value: res, stallMs } = await stallOf(() => post(h, key, '/v1/messages', body).then(async (r) => ({ status: r.status, json: await r.json() })));
+    const { value: res, cpuMs, stallMs } = await costOf(() => post(h, key, '/v1/messages', body).then(async (r) => ({ status: r.status, json: await r.json() })));
     t.equal(res.status, 200, JSON.stringify(res.json).slice(0, 200));
-    t.ok(stallMs < STALL_MS, `longest stall ${stallMs.toFixed(1)} ms`);
+    t.ok(cpuMs < CPU_MS, `${cpuMs.toFixed(0)} ms of CPU (longest stall ${stallMs.toFixed(1)} ms)`);
     await h.rows(++rows);
     const sent = h.sim.received.at(-1)!.json;
     t.equal(sent.messages.length, 1, 'one user turn upstream');
@@ -68,9 +73,9 @@ t.test('each shape: answered, within the stall bound, and bounded in what it sto
     const known = ['openai/gpt-4.1-mini', 'google/gemini-2.5-pro', 'anthropic/claude-sonnet-4.5'];
     const models = [...known, ...Array.from({ length: 79_997 }, (_, i) => `acme/model-${i}`)];
     const body = JSON.stringify({ model: 'sluice/fast', models, messages: [{ role: 'user', content: 'hi' }] });
-    const { value: res, stallMs } = await stallOf(() => post(h, key, '/v1/chat/completions', body).then(async (r) => ({ status: r.status, text: await r.text() })));
+    const { value: res, cpuMs, stallMs } = await costOf(() => post(h, key, '/v1/chat/completions', body).then(async (r) => ({ status: r.status, text: await r.text() })));
     t.equal(res.status, 200, res.text.slice(0, 300));
-    t.ok(stallMs < STALL_MS, `longest stall ${stallMs.toFixed(1)} ms`);
+    t.ok(cpuMs < CPU_MS, `${cpuMs.toFixed(0)} ms of CPU (longest stall ${stallMs.toFixed(1)} ms)`);
     await h.rows(++rows);
     t.same(h.sim.received.at(-1)!.json.models, known);
     const line = h.logs.findLast((l) => l.msg === 'sanitized request')!;
@@ -82,10 +87,10 @@ t.test('each shape: answered, within the stall bound, and bounded in what it sto
     for (let i = 0, size = 0; size < 8 * 1024 * 1024; i++) size += members[members.push(`"k${i}":0`) - 1]!.length + 1;
     const body = `{${members.join(',')}}`;
     const before = rssBytes();
-    const { value: res, stallMs } = await stallOf(() => post(h, key, '/v1/chat/completions', body).then(async (r) => ({ status: r.status, json: (await r.json()) as any })));
+    const { value: res, cpuMs, stallMs } = await costOf(() => post(h, key, '/v1/chat/completions', body).then(async (r) => ({ status: r.status, json: (await r.json()) as any })));
     t.equal(res.status, 400);
     t.match(res.json.error.message, `more than ${BODY_LIMITS.objectMembers.toLocaleString('en')} members`);
-    t.ok(stallMs < STALL_MS, `longest stall ${stallMs.toFixed(1)} ms`);
+    t.ok(cpuMs < CPU_MS, `${cpuMs.toFixed(0)} ms of CPU (longest stall ${stallMs.toFixed(1)} ms)`);
     const grown = rssBytes() - before;
     t.ok(grown < 64 * 1024 * 1024, `resident memory grew ${(grown / 1024 / 1024).toFixed(0)} MiB (it grew 311 MiB before)`);
   });
@@ -94,9 +99,9 @@ t.test('each shape: answered, within the stall bound, and bounded in what it sto
     const session = 's'.repeat(8 * 1024 * 1024);
     const userId = JSON.stringify({ device_id: 'd'.repeat(64), account_uuid: '', session_id: session });
     const body = JSON.stringify({ model: 'claude-sonnet-4-5', max_tokens: 20, metadata: { user_id: userId }, messages: [{ role: 'user', content: 'hi' }] });
-    const { value: status, stallMs } = await stallOf(() => post(h, key, '/v1/messages', body).then(async (r) => (await r.arrayBuffer(), r.status)));
+    const { value: status, cpuMs, stallMs } = await costOf(() => post(h, key, '/v1/messages', body).then(async (r) => (await r.arrayBuffer(), r.status)));
     t.equal(status, 200);
-    t.ok(stallMs < STALL_MS, `longest stall ${stallMs.toFixed(1)} ms`);
+    t.ok(cpuMs < CPU_MS, `${cpuMs.toFixed(0)} ms of CPU (longest stall ${stallMs.toFixed(1)} ms)`);
     const row = (await h.rows(++rows))[0]!;
     t.equal(row.session!.length, MAX_LABEL, 'the row holds a bounded session');
     t.ok(row.end_user!.length <= MAX_LABEL, 'and a bounded end user');
