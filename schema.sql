@@ -165,3 +165,11 @@ CREATE INDEX IF NOT EXISTS board_rollup_key ON board_rollup (grain, dim, key, bu
 -- (lib/store/postgres-board.ts), so step 4's index served no read, and keeping it up cost the
 -- backfill a fifth of its rate (31,886 against 39,760 rows/s at 1 M rows).
 DROP INDEX IF EXISTS board_rollup_key;
+
+-- migration 6: key caps, and the key of each request row
+-- A key's own caps in USD per UTC day and month (NULL: none). A row's key by id: the display
+-- prefix alone can be shared by two keys. Rows written before this step have none. A key's spend
+-- is read from the daily rollups (dim 'key'), so no index on requests is needed for it.
+ALTER TABLE keys ADD COLUMN IF NOT EXISTS daily_usd double precision;
+ALTER TABLE keys ADD COLUMN IF NOT EXISTS monthly_usd double precision;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS key_id integer;

@@ -150,6 +150,8 @@ function sluiceEnv(dataDir: string, databaseUrl?: string): NodeJS.ProcessEnv {
   delete env.SLUICE_DATABASE_URL;
   delete env.SLUICE_REDIS_URL;
   delete env.SLUICE_CONFIG_DIR;
+  // Traces only where asked for (startSluice's traceTo): none inherited from the shell.
+  for (const k of Object.keys(env)) if (k.startsWith('OTEL_')) delete env[k];
   if (databaseUrl) {
     env.SLUICE_DATABASE_URL = databaseUrl;
     env.SLUICE_REDIS_URL = REDIS_URL;
@@ -224,7 +226,16 @@ async function guardRedisSpend(): Promise<void> {
   }));
 }
 
-export async function startSluice(sim: Server, store: StoreKind): Promise<Target> {
+/** `--trace`: the OTLP sink the traced sluice exports to (bench/otlp-sink.ts); `count()` reads what it took. */
+export async function startOtlpSink(): Promise<Server & { count(): Promise<{ exports: number; bytes: number }> }> {
+  const { proc, output } = start(['bench/otlp-sink.ts'], process.env);
+  const m = await waitForOutput('otlp-sink', proc, output, /listening (http:\/\/\S+)/);
+  const origin = m[1]!;
+  return { name: 'otlp-sink', proc, pid: proc.pid!, origin, output, count: async () => (await fetch(`${origin}/count`)).json() as Promise<{ exports: number; bytes: number }> };
+}
+
+/** sluice on `store`; with `traceTo`, its traces on at ratio 1, exported over OTLP http/protobuf to that sink. */
+export async function startSluice(sim: Server, store: StoreKind, traceTo?: Server): Promise<Target> {
   const configDir = benchConfig(sim.origin, 'agent');
   const dataDir = tempDir(`data-${store}`);
   let databaseUrl: string | undefined;
@@ -240,7 +251,8 @@ export async function startSluice(sim: Server, store: StoreKind): Promise<Target
   const env = sluiceEnv(dataDir, databaseUrl);
   const key = await createKey(configDir, env);
   const port = await freePort();
-  const name = `sluice-${store}`;
+  const name = `sluice-${store}${traceTo ? '-traced' : ''}`;
+  if (traceTo) Object.assign(env, { OTEL_EXPORTER_OTLP_ENDPOINT: traceTo.origin, OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '1', OTEL_SERVICE_NAME: 'sluice-bench' });
   // The event-loop delay probe rides along as a preload: sluice itself is unchanged.
   const eldFile = join(tempDir(`eld-${store}`), 'eld.jsonl');
   env.BENCH_ELD_FILE = eldFile;
@@ -249,7 +261,7 @@ export async function startSluice(sim: Server, store: StoreKind): Promise<Target
   await waitForHealth(name, proc, output, origin);
   const server: Server = { name, proc, pid: proc.pid!, origin, output };
   const target: Target = {
-    name, label: store === 'sqlite' ? 'sluice (SQLite)' : 'sluice (Postgres+Redis)', server, prefix: '', auth: key, sluice: true, sent: 0, store, eldFile,
+    name, label: `${store === 'sqlite' ? 'sluice (SQLite)' : 'sluice (Postgres+Redis)'}${traceTo ? ' (traced)' : ''}`, server, prefix: '', auth: key, sluice: true, sent: 0, store, eldFile,
   };
   target.stopAndCount = async () => {
     // SIGTERM lets sluice finish open streams and flush every row before it exits.

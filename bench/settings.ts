@@ -42,6 +42,8 @@ export const PROFILE_DIR = ((d) => (d ? resolve(d) : undefined))(option('profile
  * `taskset -a`. Steadier figures on a small shared machine; off by default.
  */
 export const PIN = process.argv.includes('--pin') || process.env.BENCH_PIN === '1';
+/** `--trace`: one more sluice, on the first store, with traces on at ratio 1 to a local OTLP sink (bench/otlp-sink.ts). */
+export const TRACE = process.argv.includes('--trace') || process.env.BENCH_TRACE === '1';
 /** `--only chat-2k,stream-20`: a subset of the scenarios (for profiling one of them). */
 export const ONLY = (option('only') ?? process.env.BENCH_ONLY)?.split(',').filter(Boolean);
 

@@ -15,6 +15,7 @@ import { createLogger } from '../lib/log.ts';
 import { createGateway, VERSION } from '../lib/server.ts';
 import { inheritedSocket, reportReady } from '../lib/lifecycle/systemd.ts';
 import { warmUp } from '../lib/lifecycle/warmup.ts';
+import { readTraceSettings } from '../lib/trace/settings.ts';
 import { hostPort, readSettings } from '../lib/settings.ts';
 import { openStore } from '../lib/store/open.ts';
 import { UsageError } from './errors.ts';
@@ -39,6 +40,8 @@ export async function serve(opts: { config?: string; listen?: string; env?: Node
   // Settings first, read once: every bad one is reported together (exit 78) before any store or
   // Redis connection is opened. --config and --listen win over SLUICE_CONFIG_DIR and SLUICE_LISTEN.
   const settings = readSettings(env);
+  // The OTEL_* variables (lib/trace/settings.ts): null unless an OTLP endpoint is set; a bad one exits 78 too.
+  const trace = readTraceSettings(env);
   const { host, port } = parseListen(opts.listen ?? settings.listen);
   const config = loadConfig(resolve(opts.config ?? settings.configDir));
   const log = createLogger(settings.logLevel);
@@ -50,7 +53,7 @@ export async function serve(opts: { config?: string; listen?: string; env?: Node
   if (store.kind === 'postgres' && counters.kind === 'memory') {
     log.warn('Postgres without Redis: limits, budgets and the IP block are counted per process, so run a single instance only (set SLUICE_REDIS_URL to scale out)');
   }
-  const gateway = await createGateway({ config, store, counters, log, settings, dataDir });
+  const gateway = await createGateway({ config, store, counters, log, settings, dataDir, trace });
 
   // Ready means warm: the hot path runs ~1,000 times before the first client's request does.
   if (settings.warmupRequests > 0) {

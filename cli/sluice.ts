@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // The `sluice` command: the gateway (`serve`), the admin tool on the server (`keys …`, and ring 1's
 // `upstream …` and `usage snapshot`), the simulated router (`simulate`) and client set-up
-// (`setup --proxy`). Wiring only: each command's work lives in its own module.
+// (`setup --proxy`, `setup --statusline`). Wiring only: each command's work lives in its own module.
 // Exit codes: 0 done, 1 failed, 2 bad usage, 78 bad configuration.
 // Nothing here prints a secret except `keys create`, which prints the new key once on stdout.
 
@@ -14,7 +14,8 @@ import { readSettingsOf, type Settings } from '../lib/settings.ts';
 import { openStore } from '../lib/store/open.ts';
 import type { Store } from '../lib/store/store.ts';
 import { UsageError } from './errors.ts';
-import { formatKeyTable, insertKey, listKeys, prepareKey, revokeKey } from './keys.ts';
+import { statuslineSetting } from './setup.ts';
+import { capsChange, describeCaps, formatKeyTable, insertKey, listKeys, prepareKey, revokeKey, setCaps } from './keys.ts';
 
 const env = process.env;
 
@@ -73,10 +74,12 @@ const cli = yargs(hideBin(process.argv))
       .option('name', { type: 'string', demandOption: true })
       .option('expires', { type: 'string', describe: 'YYYY-MM-DD: the key stops working at 00:00 UTC that day' })
       .option('ip', { type: 'string', array: true, describe: 'allowed client IP or CIDR (repeatable)' })
+      .option('daily-usd', { type: 'string', describe: "the key's own cap in USD per UTC day, inside its profile's budget" })
+      .option('monthly-usd', { type: 'string', describe: "the key's own cap in USD per UTC month, inside its profile's budget" })
       .option('config', configOpt),
     async (a) => {
       // Validated before the store is opened: a bad call creates no database.
-      const prepared = prepareKey(config(a.config), { profile: a.profile, name: a.name, expires: a.expires, ip: a.ip });
+      const prepared = prepareKey(config(a.config), { profile: a.profile, name: a.name, expires: a.expires, ip: a.ip, dailyUsd: a['daily-usd'], monthlyUsd: a['monthly-usd'] });
       const key = await withStore((store) => insertKey(store, prepared));
       process.stderr.write(`created a key for profile ${a.profile} (${a.name}); it is shown only this once:\n`);
       process.stdout.write(`${key}\n`);
@@ -100,7 +103,20 @@ const cli = yargs(hideBin(process.argv))
       const prefix = await withStore((store) => revokeKey(store, { profile: a.profile, name: a.name }));
       process.stderr.write(`revoked ${prefix}; running servers refuse it within 60 s\n`);
     })
-    .demandCommand(1, 'name a keys command: create, list or revoke'))
+    .command('caps', "change or clear the caps of the active key of a profile and name (USD per UTC day and month)", (k) => k
+      .option('profile', { type: 'string', demandOption: true })
+      .option('name', { type: 'string', demandOption: true })
+      .option('daily-usd', { type: 'string', describe: 'the new daily cap in USD, or none to clear it (left out: kept)' })
+      .option('monthly-usd', { type: 'string', describe: 'the new monthly cap in USD, or none to clear it (left out: kept)' })
+      .option('config', configOpt),
+    async (a) => {
+      config(a.config);
+      const change = capsChange({ dailyUsd: a['daily-usd'], monthlyUsd: a['monthly-usd'] });
+      const now = await withStore((store) => setCaps(store, { profile: a.profile, name: a.name }, change));
+      // Running servers hold a key's row in their key cache (SLUICE_KEY_CACHE_TTL_S, at most 60 s).
+      process.stderr.write(`${now.prefix} (${a.name}, profile ${a.profile}): ${describeCaps(now)}; running servers apply it within 60 s\n`);
+    })
+    .demandCommand(1, 'name a keys command: create, list, revoke or caps'))
   // Ring 1: each profile's upstream key at its router, and the usage readouts (cli/upstream.ts)
   .command('upstream', "manage each profile's upstream key at its router", (y) => y
     .command('provision', 'create the missing upstream keys, limit = daily budget; secrets go only to --env-out', (k) => k
@@ -147,11 +163,23 @@ const cli = yargs(hideBin(process.argv))
     process.once('SIGTERM', stop);
     process.once('SIGINT', stop);
   })
-  .command('setup', 'print shell settings that point clients at sluice', (y) => y
-    .option('proxy', { type: 'boolean', demandOption: true, describe: 'print the exports for using sluice as the clients\' base URL' })
+  .command('setup', 'print the settings that point clients at sluice, or that show the budget in Claude Code', (y) => y
+    .option('proxy', { type: 'boolean', describe: 'print the exports for using sluice as the clients\' base URL' })
+    .option('statusline', { type: 'boolean', describe: "print Claude Code's statusLine setting (JSON for ~/.claude/settings.json): the budget in one line" })
+    .conflicts('proxy', 'statusline')
+    .check((a) => {
+      if (!a.proxy && !a.statusline) throw new UsageError('name what to set up: --proxy or --statusline');
+      return true;
+    })
     .option('url', { type: 'string', describe: 'sluice\'s base URL (default: http:// and SLUICE_LISTEN, else 127.0.0.1:8080)' })
     .option('key', { type: 'string', default: '$SLUICE_KEY', describe: 'the client key (default: a $SLUICE_KEY reference, so no key lands in shell history)' }),
   (a) => {
+    if (a.statusline) {
+      // The script reads the key and base URL Claude Code already has: nothing secret goes in the setting.
+      process.stdout.write(statuslineSetting());
+      process.stderr.write('merge this into ~/.claude/settings.json; the line reads ANTHROPIC_BASE_URL and ANTHROPIC_AUTH_TOKEN (or ANTHROPIC_API_KEY) as Claude Code does\n');
+      return;
+    }
     const base = (a.url ?? `http://${defaults().listen}`).replace(/\/+$/, '');
     process.stdout.write([
       `export ANTHROPIC_BASE_URL=${base}`,

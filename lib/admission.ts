@@ -2,8 +2,9 @@
 // is counted in and their rules: the IP block (20 auth failures from an address in 10 minutes
 // block it for the window; IPv6 counts per /64), the key's window and the (key, end user) window
 // (fixed 60-second windows, the profile's limits), the room a key's bodies may hold while they
-// arrive (lib/intake.ts), and the profile's budget spend, read in the same step as the windows
-// (on Redis one script, one round trip). It answers with named verdicts; the plugins that refuse
+// arrive (lib/intake.ts), and the budget spend the request is judged by (its profile's; its key's
+// when the key has caps; its session's when the profile caps sessions), read in the same step as
+// the windows (on Redis one script, one round trip). It answers with named verdicts; the plugins that refuse
 // (plugins/ip-block.ts, plugins/rate-limit.ts, plugins/read-body.ts) only read them, and the board
 // reads the IP block's state here too.
 
@@ -12,6 +13,7 @@ import { ipBlockBucket } from './client-ip.ts';
 import type { Profile } from './config.ts';
 import type { Check, CheckResult, Counters, Verdict } from './counters/counters.ts';
 import { Intake, type Reservation } from './intake.ts';
+import type { KeyRow } from './store/store.ts';
 
 /** Auth failures from one address in a window that block it for the window. */
 export const AUTH_FAILURE_LIMIT = 20;
@@ -51,6 +53,10 @@ export interface Admittee {
   limits: RateLimits;
   endUser: string | null;
   profile: string;
+  /** The key (its caps decide whether its spend is read too); absent: the profile's spend only. */
+  key?: KeyRow;
+  /** The session, when the profile caps sessions (its spend of today is read too); else null or absent. */
+  session?: string | null;
 }
 
 export class Admission {
@@ -96,8 +102,8 @@ export class Admission {
 
   /**
    * The counted step, once the end user is known: the address's block read (never counted here),
-   * the key's window and the end user's counted, the profile's spend read for the budget; on the
-   * embedded counters at once, on Redis in one round trip.
+   * the key's window and the end user's counted, the spend read for the budget (the profile's, a
+   * capped key's, a capped session's); on the embedded counters at once, on Redis in one round trip.
    */
   admit(a: Admittee): Verdicts | Promise<Verdicts> {
     const checks: Check[] = [
@@ -105,7 +111,7 @@ export class Admission {
       { bucket: keyWindow(a.keyId), limit: a.limits.per_key_per_minute, windowS: WINDOW_S },
     ];
     if (a.endUser !== null) checks.push({ bucket: userWindow(a.keyId, a.endUser), limit: a.limits.per_user_per_minute, windowS: WINDOW_S });
-    const spendKeys = this.budget.spendKeys(a.profile);
+    const spendKeys = this.budget.spendKeys(a.profile, a.key, a.session);
     const result = this.counters.check(checks, spendKeys);
     if (result instanceof Promise) return result.then((r) => this.verdicts(r, spendKeys));
     return this.verdicts(result, spendKeys);

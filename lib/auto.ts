@@ -110,7 +110,7 @@ export class AutoRouter {
     if (status > 0) {
       const u = usageOf('chat', json);
       this.record({
-        id: newRequestId(), ts, endpoint: 'chat', profile: ctx.profile.name, key_prefix: ctx.key.row.prefix,
+        id: newRequestId(), ts, endpoint: 'chat', profile: ctx.profile.name, key_prefix: ctx.key.row.prefix, key_id: ctx.key.row.id,
         end_user: ctx.endUser, session: ctx.session, run: ctx.run, tier: 'auto-decision',
         requested_model: this.auto.decision_model, model: u.model ?? this.auto.decision_model,
         stream: false, status, outcome: status < 400 ? 'ok' : 'upstream_error',

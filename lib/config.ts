@@ -22,6 +22,10 @@ export interface Profile {
   budget: { daily_usd: number; monthly_usd: number };
   l2_cache: boolean;
   rate_limits: { per_key_per_minute: number; per_user_per_minute: number };
+  /** USD a session may spend per UTC day (null: no cap). loadConfig always sets it; a Profile built elsewhere may leave it out (no cap). */
+  session_daily_usd?: number | null;
+  /** Whether responses carry the budget headers (default true). loadConfig always sets it; left out: true. */
+  budget_headers?: boolean;
 }
 export interface AutoConfig {
   decision_model: string;
@@ -182,7 +186,7 @@ export function loadConfig(dir: string): Config {
     const profileMap = top?.profiles === undefined ? undefined : r.map(top.profiles, 'profiles');
     for (const [name, raw] of Object.entries(profileMap ?? {})) {
       const p = `profiles.${name}`;
-      const o = r.object(raw, p, ['default_tier', 'router', 'budget', 'l2_cache', 'rate_limits'], ['default_tier', 'router', 'budget']);
+      const o = r.object(raw, p, ['default_tier', 'router', 'budget', 'l2_cache', 'rate_limits', 'session_daily_usd', 'budget_headers'], ['default_tier', 'router', 'budget']);
       if (!o) continue;
       const default_tier = o.default_tier === undefined ? undefined : r.string(o.default_tier, `${p}.default_tier`);
       if (default_tier && tierNames && !tierNames.has(default_tier)) r.fail(`${p}.default_tier`, `names unknown tier "${default_tier}"`);
@@ -196,10 +200,15 @@ export function loadConfig(dir: string): Config {
       const rl = o.rate_limits === undefined ? {} : r.object(o.rate_limits, `${p}.rate_limits`, ['per_key_per_minute', 'per_user_per_minute']);
       const perKey = rl?.per_key_per_minute === undefined ? 60 : r.number(rl.per_key_per_minute, `${p}.rate_limits.per_key_per_minute`, { int: true, positive: true });
       const perUser = rl?.per_user_per_minute === undefined ? 10 : r.number(rl.per_user_per_minute, `${p}.rate_limits.per_user_per_minute`, { int: true, positive: true });
-      if (default_tier && router && daily !== undefined && monthly !== undefined && l2 !== undefined && perKey !== undefined && perUser !== undefined) {
+      // null (YAML `~`) states "no cap" as leaving the field out does.
+      const sessionCap = o.session_daily_usd === undefined || o.session_daily_usd === null ? null : r.number(o.session_daily_usd, `${p}.session_daily_usd`, { positive: true });
+      const headers = o.budget_headers === undefined ? true : r.boolean(o.budget_headers, `${p}.budget_headers`);
+      if (default_tier && router && daily !== undefined && monthly !== undefined && l2 !== undefined && perKey !== undefined && perUser !== undefined
+        && sessionCap !== undefined && headers !== undefined) {
         profiles.set(name, {
           name, default_tier, router, budget: { daily_usd: daily, monthly_usd: monthly }, l2_cache: l2,
           rate_limits: { per_key_per_minute: perKey, per_user_per_minute: perUser },
+          session_daily_usd: sessionCap, budget_headers: headers,
         });
       }
     }

@@ -10,6 +10,7 @@
 import { randomFillSync } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { BlockList } from 'node:net';
+import type { BudgetView } from './budget.ts';
 import type { Profile, Router } from './config.ts';
 import type { Dialect } from './errors.ts';
 import type { ProxiedRoute, Route } from './routes.ts';
@@ -47,6 +48,8 @@ export interface Ctx {
   tier: string | null;
   model: string | null;
   degradation: Degradation;
+  /** The stage the request is handled at and the standings it comes from (plugins/budget.ts); null until that step ran. */
+  budget: BudgetView | null;
   /** What the sanitizer removed, for the request's log line. */
   removed: string[];
   /** What model resolution changed to keep the request valid and in budget (docs/rewrites.md), for the same line. */
@@ -141,7 +144,7 @@ export function newContext(req: IncomingMessage, res: ServerResponse, route: Rou
     id: newRequestId(), req, res, route, dialect, t0: performance.now(), ip,
     key: null, profile: null, router: null, upstreamKey: '', raw: EMPTY, body: null,
     stream: false, endUser: null, session: null, run,
-    requestedModel: null, tier: null, model: null, degradation: 'none', removed: [], adjusted: [],
+    requestedModel: null, tier: null, model: null, degradation: 'none', budget: null, removed: [], adjusted: [],
   };
 }
 const EMPTY = Buffer.alloc(0);

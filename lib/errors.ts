@@ -26,6 +26,10 @@ export const CATALOGUE = {
   upstream_key_missing: { status: 503, messagesType: 'api_error', chatType: 'api_error', message: 'The gateway has no upstream key for this profile.' },
   rate_limit_exceeded: { status: 429, messagesType: 'rate_limit_error', chatType: 'rate_limit_error', message: 'Rate limit exceeded. Slow down.', headers: { 'retry-after': '5' } },
   budget_exhausted: { status: 429, messagesType: 'rate_limit_error', chatType: 'insufficient_quota', message: 'Budget exhausted for this profile until the window resets.', headers: { 'x-should-retry': 'false' } },
+  // A key's own cap, and a profile's cap per session: the same answer as the profile's budget,
+  // counted apart on /metrics. The refusal names the budget and its reset (plugins/budget.ts).
+  key_budget_exhausted: { status: 429, messagesType: 'rate_limit_error', chatType: 'insufficient_quota', message: 'The cap of this API key is exhausted until the window resets.', headers: { 'x-should-retry': 'false' } },
+  session_budget_exhausted: { status: 429, messagesType: 'rate_limit_error', chatType: 'insufficient_quota', message: 'The session cap is exhausted for this session until the day ends (00:00 UTC).', headers: { 'x-should-retry': 'false' } },
   invalid_forwarded_for: { status: 400, messagesType: 'invalid_request_error', chatType: 'invalid_request_error', message: 'The X-Forwarded-For header sent by the front proxy is not a list of IP addresses.' },
   invalid_body: { status: 400, messagesType: 'invalid_request_error', chatType: 'invalid_request_error', message: 'The request body is not valid.' },
   request_too_large: { status: 413, messagesType: 'invalid_request_error', chatType: 'invalid_request_error', message: 'The request body is larger than 32 MiB.' },

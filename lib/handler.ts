@@ -1,26 +1,30 @@
 // The per-request handler: locates a request (operator routes, /health, the /v1 routes), builds
-// its context, runs the route's plugin chain (resolved once at start-up) and hands a proxied
-// request to the proxy core. It is the only place that renders sluice's own errors, in the
-// request's dialect, and it counts the requests in flight for the shutdown. It never writes a row
-// (the proxy core does) and never holds a request past its response.
+// its context, runs the route's plugin chain (resolved once at start-up), answers GET /v1/models
+// and GET /v1/budget itself and hands a proxied request to the proxy core. It is the only place
+// that renders sluice's own errors, in the request's dialect, and it counts the requests in flight
+// for the shutdown. It never writes a row (the proxy core does) and never holds a request past its
+// response.
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { BlockList } from 'node:net';
 import type { Logger } from 'pino';
 import type { Metrics } from './board/metrics.ts';
 import type { Health } from './board/types.ts';
+import { budgetHeadersOn, budgetReport, setBudgetHeaders, type BudgetReader } from './budget-report.ts';
 import { canonicalIp, clientIp, inList } from './client-ip.ts';
-import { checkChain, newContext, type AnyPlugin, type Ctx, type ReadCtx } from './context.ts';
+import { checkChain, newContext, type AnyPlugin, type Ctx, type ProfiledCtx, type ReadCtx } from './context.ts';
 import { GatewayError, renderError, type Dialect } from './errors.ts';
 import { ALL_V1, ROUTE_TABLE, type Route } from './routes.ts';
+import type { RequestTracer } from './trace/request.ts';
 
-/** A /v1 route as the handler serves it: its method, its errors' dialect and its share of the chain. */
-export interface RouteDef { route: Route; method: string; dialect: Dialect; chain: readonly AnyPlugin[] }
+/** A /v1 route as the handler serves it: its method, its errors' dialect (null: guessed per request) and its share of the chain. */
+export interface RouteDef { route: Route; method: string; dialect: Dialect | null; chain: readonly AnyPlugin[] }
 
 /**
  * Each /v1 route by path (lib/routes.ts) with the plugins that run on it, in chain order, checked
- * once at start-up: each plugin's phase is reached before it on that route, and a proxied route's
- * chain reaches the read phase the proxy core needs. A chain that breaks either throws here.
+ * once at start-up: each plugin's phase is reached before it on that route, a proxied route's
+ * chain reaches the read phase the proxy core needs, and GET /v1/budget's ends at the profiled
+ * phase it reads (no body). A chain that breaks any of these throws here.
  */
 export function routeTable(plugins: readonly AnyPlugin[]): Map<string, RouteDef> {
   const routes = new Map<string, RouteDef>();
@@ -29,6 +33,7 @@ export function routeTable(plugins: readonly AnyPlugin[]): Map<string, RouteDef>
     const chain = plugins.filter((p) => p.routes.includes(route));
     const reached = checkChain(route, chain);
     if (spec.upstream !== null && reached !== 'read') throw new Error(`plugin chain of route ${route}: no plugin reads the body the proxy core forwards`);
+    if (route === 'budget' && reached !== 'profiled') throw new Error('plugin chain of route budget: it must end with the key and its profile found, which GET /v1/budget reads');
     routes.set(spec.path, { route, method: spec.method, dialect: spec.dialect, chain });
   }
   return routes;
@@ -48,10 +53,14 @@ export interface HandlerOptions {
   trustedProxies: BlockList;
   /** The GET /v1/models body, serialised once. */
   modelsBody: Buffer;
+  /** What GET /v1/budget reads: the key's and its profile's standing, a session's spend (lib/budget-report.ts). */
+  budget: BudgetReader;
   log: Logger;
+  /** The trace hooks (lib/trace/request.ts); null or absent while tracing is off, and then no hook runs. */
+  trace?: RequestTracer | null;
 }
 
-/** Requests outside a known route still get an error in the dialect their path or headers suggest. */
+/** Requests outside a known route, and GETs of a route without a dialect of its own (a GET has no body), get errors in the dialect their path or headers suggest. */
 function guessDialect(req: IncomingMessage, path: string): Dialect {
   if (path.startsWith('/v1/responses')) return 'responses';
   return path.startsWith('/v1/messages') || req.headers['anthropic-version'] !== undefined ? 'messages' : 'chat';
@@ -84,6 +93,7 @@ class Where {
 
 export function createHandler(opts: HandlerOptions) {
   const { routes, operatorRoutes, metrics, log, modelsBody, trustedProxies } = opts;
+  const trace = opts.trace ?? null;
   let inFlight = 0;
   let xffNoted = false;
   let idle: (() => void) | undefined;
@@ -126,6 +136,7 @@ export function createHandler(opts: HandlerOptions) {
     const run = req.headers['x-sluice-run'];
     const ctx = newContext(req, res, def.route, dialect, ip, typeof run === 'string' ? run.slice(0, 128) : null);
     where.ctx = ctx;
+    if (trace !== null) trace.begin(ctx); // the request's SERVER span
     const chain = def.chain;
     for (let i = 0; i < chain.length; i++) {
       const pending = chain[i].run(ctx);
@@ -133,6 +144,12 @@ export function createHandler(opts: HandlerOptions) {
     }
     if (def.route === 'models') {
       res.writeHead(200, { 'content-type': 'application/json', 'content-length': modelsBody.length }).end(modelsBody);
+      return;
+    }
+    if (def.route === 'budget') {
+      // The chain ends with the key and its profile found (routeTable checked it): no body is read, nothing is spent or counted.
+      const body = Buffer.from(JSON.stringify(await budgetReport(opts.budget, ctx as ProfiledCtx)));
+      res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store', 'content-length': body.length }).end(body);
       return;
     }
     // A proxied route's chain reaches the read phase: routeTable checked it at start-up.
@@ -149,6 +166,10 @@ export function createHandler(opts: HandlerOptions) {
     const { dialect } = where;
     if (err instanceof GatewayError) {
       metrics.refusal(where.def?.route, where.ctx?.profile?.name, err.code);
+      if (trace !== null) trace.refused(res, err.code);
+      // A refusal once the budget step ran (its own 429s among them) tells the budget as a response does.
+      const ctx = where.ctx;
+      if (ctx !== undefined && ctx.budget !== null && ctx.profile !== null && budgetHeadersOn(ctx.profile) && !res.headersSent) setBudgetHeaders(res, ctx.budget);
       renderError(res, dialect, err);
       // A refused body may still be arriving: close the connection rather than read it on (a body
       // sluice will not take says so with `connection: close`; others Node reads past on its own).
@@ -161,6 +182,7 @@ export function createHandler(opts: HandlerOptions) {
     } else {
       log.error({ err }, 'request failed inside the gateway');
       metrics.refusal(where.def?.route, where.ctx?.profile?.name, 'internal');
+      if (trace !== null) trace.refused(res, 'internal');
       renderError(res, dialect, new GatewayError('internal'));
     }
   }

@@ -1,5 +1,6 @@
 // The /v1 routes, stated once: each route's path, its method, the dialect its errors are written
-// in, and its path at the router (null: sluice answers it itself). The Route type, the set of
+// in (null: guessed from the request's headers), and its path at the router (null: sluice answers
+// it itself). The Route type, the set of
 // proxied routes, the paths the handler serves, the upstream targets and the metrics' route labels
 // are all derived from this table: adding a route is one entry here.
 
@@ -8,7 +9,8 @@ import type { Dialect } from './errors.ts';
 interface RouteSpec {
   readonly path: string;
   readonly method: 'GET' | 'POST';
-  readonly dialect: Dialect;
+  /** Null: a GET whose errors take the dialect its headers suggest (`anthropic-version`: messages, else chat). */
+  readonly dialect: Dialect | null;
   /** The path at the router, relative to its base URL; null when sluice answers the route. */
   readonly upstream: string | null;
 }
@@ -19,6 +21,7 @@ export const ROUTE_TABLE = {
   count_tokens: { path: '/v1/messages/count_tokens', method: 'POST', dialect: 'messages', upstream: 'api/v1/messages/count_tokens' },
   responses: { path: '/v1/responses', method: 'POST', dialect: 'responses', upstream: 'api/v1/responses' },
   models: { path: '/v1/models', method: 'GET', dialect: 'chat', upstream: null },
+  budget: { path: '/v1/budget', method: 'GET', dialect: null, upstream: null },
 } as const satisfies Record<string, RouteSpec>;
 
 export type Route = keyof typeof ROUTE_TABLE;

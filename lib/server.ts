@@ -30,6 +30,8 @@ import { upstreamKeysOf, type Settings } from './settings.ts';
 import { createUpstreamLoops } from './upstream/index.ts';
 import { Loop } from './upstream/loop.ts';
 import type { RequestRow, Store } from './store/store.ts';
+import type { TraceSettings } from './trace/settings.ts';
+import { createTracing } from './trace/tracing.ts';
 
 export const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
 
@@ -48,6 +50,8 @@ export interface GatewayOptions {
   loadCatalog?: boolean;
   /** How long a drain lets idle connections live (DRAIN_IDLE_MS; tests shorten it). */
   drainIdleMs?: number;
+  /** The OTEL_* trace settings (lib/trace/settings.ts, readTraceSettings); null or absent: tracing off. */
+  trace?: TraceSettings | null;
 }
 
 /** The connection bounds (lib/settings.ts has their defaults and why). */
@@ -64,12 +68,17 @@ export const LISTEN_BACKLOG = 4096;
  */
 export const DRAIN_IDLE_MS = 2_000;
 
+/** The least time the shutdown gives the last trace export, even when the drain used up the grace. */
+export const TRACE_FLUSH_MIN_MS = 1_000;
+
 export async function createGateway(opts: GatewayOptions) {
   const { config, store, counters, log } = opts;
   const now = opts.now ?? Date.now;
   const { settings } = opts;
   const drainIdleMs = opts.drainIdleMs ?? DRAIN_IDLE_MS;
   const upstreamKeys = upstreamKeysFrom(config, settings, log);
+  // Traces (lib/trace/): the SDK is loaded only when they are on; off, no hook runs.
+  const tracing = opts.trace ? await createTracing(opts.trace, { log, now, version: VERSION }) : null;
   const trustedProxies = settings.trustedProxies;
   const catalog = new Catalog({ routers: config.routers.values(), log });
   if (opts.loadCatalog !== false) await catalog.start();
@@ -82,12 +91,12 @@ export async function createGateway(opts: GatewayOptions) {
   // The Prometheus metrics, fed by record(), authFailure() and the error renderer below.
   const metrics = createMetrics({ config, budget, store, recorder, counters, inFlight: () => handler.inFlight, version: VERSION });
 
-  /** Every row goes through here: queued for the store, and its cost added to the profile's spend. */
+  /** Every row goes through here: queued for the store, and its cost added to the spend it counts toward (profile, capped key, capped session). */
   function record(row: RequestRow): void {
     recorder.add(row);
     metrics.row(row);
     // At once, except for the first cost of a window this process has not seeded yet.
-    budget.add(row.profile, row.cost_usd, Date.parse(row.ts))?.catch((err) => log.error({ err }, 'budget spend could not be counted'));
+    budget.addRow(row)?.catch((err) => log.error({ err }, 'budget spend could not be counted'));
   }
 
   const admission = new Admission({ counters, budget });
@@ -106,7 +115,7 @@ export async function createGateway(opts: GatewayOptions) {
 
   const routes = routeTable(createPlugins(deps, { bodyTimeoutMs: opts.bodyTimeoutMs ?? 30_000 }));
 
-  const proxy = createProxy({ log, config, catalog, now, record, upstreamTimeoutMs: settings.upstreamTimeoutMs });
+  const proxy = createProxy({ log, config, catalog, now, record, upstreamTimeoutMs: settings.upstreamTimeoutMs, trace: tracing?.requests ?? null });
   const modelsBody = Buffer.from(JSON.stringify(modelList(config)));
   const started = now();
   // rows merely queued are normal
@@ -135,7 +144,8 @@ export async function createGateway(opts: GatewayOptions) {
   const board = createBoard({ deps, store, health, startedAt: started, metrics, maintenance, version: VERSION, driftUsd: settings.driftUsd });
 
   const handler = createHandler({
-    routes, operatorRoutes: board.routes, status, forward: proxy.forward, metrics, trustedProxies, modelsBody, log,
+    routes, operatorRoutes: board.routes, status, forward: proxy.forward, metrics, trustedProxies, modelsBody, log, budget,
+    trace: tracing?.requests ?? null,
   });
   let loggedAt = -Infinity;
   const server = createHttpServer(handler.listener, limits, trustedProxies, (reason) => {
@@ -184,6 +194,8 @@ export async function createGateway(opts: GatewayOptions) {
     server.closeAllConnections();
     await closed;
     proxy.close();
+    // Every span ended with its row: the last ones go to the collector within what is left of the grace.
+    await tracing?.shutdown(Math.max(TRACE_FLUSH_MIN_MS, graceMs - (performance.now() - began)));
     await maintenance.stop();
     metrics.close();
     catalog.stop();
@@ -201,6 +213,8 @@ export async function createGateway(opts: GatewayOptions) {
     hurry: () => hurry(),
     /** Upstream sockets in use and idle (leak checks). */
     upstreamSockets: () => proxy.sockets(),
+    /** The tracer (lib/trace/tracing.ts: forceFlush, drop counts); null while tracing is off. */
+    tracing,
     async listen(host: string, port: number): Promise<AddressInfo> {
       await new Promise<void>((resolve, reject) => {
         server.once('error', reject);

@@ -4,19 +4,24 @@
 // process already saw over its limit is refused from memory (an over-limit client never makes
 // sluice buffer its body). After it ('end-user', the end user usually lives in the body), the
 // counted step of lib/admission.ts reads the IP block and counts the key's and the end user's
-// windows at once (and reads the budget's spend). A request without an end user counts toward
-// the key's limit only.
+// windows at once (and reads the budget's spend: the profile's, a capped key's, a capped
+// session's). A request without an end user counts toward the key's limit only. GET /v1/budget
+// is refused by the first step too while its key is over its limit, and counts toward no window:
+// a status line polling it takes nothing from the agent's own requests.
 
 import type { Plugin } from '../lib/context.ts';
 import type { Verdicts } from '../lib/admission.ts';
 import type { Deps } from '../lib/deps.ts';
 import { GatewayError } from '../lib/errors.ts';
-import { PROXIED } from '../lib/routes.ts';
+import { PROXIED, type Route } from '../lib/routes.ts';
+
+/** The routes a key over its limit is refused on before anything else is read: the proxied ones and GET /v1/budget. */
+const KEY_LIMITED: readonly Route[] = [...PROXIED, 'budget'];
 
 export function keyRateLimit(deps: Pick<Deps, 'admission'>): Plugin<'profiled'> {
   return {
     name: 'rate-limit (key)',
-    routes: PROXIED,
+    routes: KEY_LIMITED,
     needs: 'profiled',
     gives: 'profiled',
     run(ctx) {
@@ -33,7 +38,10 @@ export function endUserRateLimit(deps: Pick<Deps, 'admission'>): Plugin<'read'> 
     gives: 'read',
     // On the embedded counters the step answers at once: no promise, no tick.
     run(ctx) {
-      const verdicts = deps.admission.admit({ ip: ctx.ip, keyId: ctx.key.row.id, limits: ctx.profile.rate_limits, endUser: ctx.endUser, profile: ctx.profile.name });
+      const verdicts = deps.admission.admit({
+        ip: ctx.ip, keyId: ctx.key.row.id, limits: ctx.profile.rate_limits, endUser: ctx.endUser, profile: ctx.profile.name,
+        key: ctx.key.row, session: ctx.profile.session_daily_usd == null ? null : ctx.session,
+      });
       if (verdicts instanceof Promise) return verdicts.then(judge);
       judge(verdicts);
     },

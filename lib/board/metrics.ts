@@ -7,7 +7,7 @@
 // plain numbers (./tallies.ts); a scrape never waits more than `collectTimeoutMs` on the budget
 // counters.
 
-import { ALL_V1, isRoute } from '../routes.ts';
+import { ALL_V1, GENERATIVE, isRoute } from '../routes.ts';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
@@ -16,6 +16,7 @@ import type { Config } from '../config.ts';
 import type { ErrorCode } from '../errors.ts';
 import { statusClass } from '../store/rollups.ts';
 import { AUTH_FAILURE_OUTCOMES, OUTCOMES, type AuditOutcome, type RequestRow, type Store } from '../store/store.ts';
+import { registerTraceMetrics } from '../trace/metrics.ts';
 import { CounterFamily, HistogramFamily, type CounterCell, type HistogramCell } from './tallies.ts';
 
 export interface MetricsSources {
@@ -33,6 +34,8 @@ export interface MetricsSources {
 }
 
 const OUTCOME_LABELS = new Set<string>(OUTCOMES);
+/** The refusals of the budget step (plugins/budget.ts). */
+const BUDGET_REFUSALS = ['budget_exhausted', 'key_budget_exhausted', 'session_budget_exhausted'] as const satisfies readonly ErrorCode[];
 const TOKEN_KINDS = ['input', 'output', 'cache_read', 'cache_write', 'reasoning'] as const;
 // sluice's own time before forwarding is sub-millisecond normally; upstream times run to minutes.
 const OVERHEAD_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
@@ -51,6 +54,7 @@ interface RowChildren {
 
 export function createMetrics(src: MetricsSources) {
   const registry = new Registry();
+  registerTraceMetrics(registry); // spans dropped on their way to the collector (0 while tracing is off)
   const registers = [registry];
   const profiles = new Set(src.config.profiles.keys());
   const tiers = new Set([...src.config.tiers.keys(), 'auto-decision']);
@@ -73,6 +77,9 @@ export function createMetrics(src: MetricsSources) {
   // start at zero on every route, so the first refusal is an increase a rule sees, not a series
   // that appears at 1.
   for (const r of ALL_V1) refusals.labels(r, 'none', 'ip_blocked').inc(0);
+  // The budget's refusals (a profile's budget, a key's cap, a session's cap) likewise, per profile on
+  // the routes the budget applies to: a first key or session stopped is an increase too.
+  for (const r of GENERATIVE) for (const p of profiles) for (const code of BUDGET_REFUSALS) refusals.labels(r, p, code).inc(0);
 
   const spendRatio = new Gauge({ name: 'sluice_budget_spend_ratio', help: "Spend over budget (1 = the budget), per profile and window.", labelNames: ['profile', 'window'], registers });
   const stage = new Gauge({ name: 'sluice_budget_degradation_stage', help: `Degradation stage per profile: ${BUDGET_STAGES.map((name, i) => `${i} ${name}`).join(', ')}.`, labelNames: ['profile'], registers });

@@ -1,13 +1,14 @@
 // The board page's first screen: the glance line, spend per profile (day and month bars against the
 // budgets, the degradation badge, the next reset, burn rate, projected run-out, ledger against the
-// router's readout) and the anomalies. Views of the typed summary only; every value goes through
+// router's readout, the session cap), the keys with caps of their own against them, today's sessions
+// stopped at their cap, and the anomalies. Views of the typed summary only; every value goes through
 // the one escape helper. It computes nothing the summary does not already say, except colours.
 
 import { degradationFor, type BudgetStage } from '../budget.ts';
 import { figure, html, int, percent, relative, usd, utc, type Html } from './html.ts';
-import { badge, empty, figures, table } from './render.ts';
+import { badge, empty, figures, sub, table } from './render.ts';
 import { budgetBar } from './sparkline.ts';
-import type { Anomaly, AnomalyKind, SpendProfile, Summary } from './types.ts';
+import type { Anomaly, AnomalyKind, SpendKey, SpendProfile, StoppedSession, Summary } from './types.ts';
 
 /** A profile's stage as its badge says it: blocked wins over the degradation stage it stays in. */
 export function stageOf(p: SpendProfile): BudgetStage {
@@ -43,7 +44,34 @@ function profileCard(p: SpendProfile, now: number): Html {
     ['burn rate', `${usd(p.burn_rate_usd_per_hour)} / h`],
     ['daily budget runs out', runOut],
     ['ledger vs router (today)', drift(p, now), 'wide'],
+    p.session_cap_usd !== null && ['session cap', `${usd(p.session_cap_usd)} a session a day`],
   ])}</article>`;
+}
+
+/** A key's spend in one window against its cap (no cap: the spend alone). */
+function against(spent: number, cap: number | null, pctOfCap: number | null): string {
+  return cap === null ? `${usd(spent)} · no cap` : `${usd(spent)} of ${usd(cap)} · ${percent(pctOfCap)}`;
+}
+
+function keysTable(keys: readonly SpendKey[], now: number): Html {
+  return table(keys, [
+    { label: 'key', key: true, cell: (k) => k.name },
+    { label: 'profile', cell: (k) => k.profile },
+    { label: 'today', cell: (k) => against(k.day_usd, k.daily_usd, k.day_percent) },
+    { label: 'this month', cell: (k) => against(k.month_usd, k.monthly_usd, k.month_percent) },
+    { label: 'stage', cell: (k) => badge(STAGE_BADGE[k.stage], k.stage) },
+    { label: 'resets', cell: (k) => relative(k.next_reset, now) },
+  ], { id: (k) => `${k.profile}:${k.name}`, empty: 'No key has caps of its own (sluice keys create --daily-usd, sluice keys caps).' });
+}
+
+function stoppedTable(sessions: readonly StoppedSession[], capped: boolean, now: number): Html {
+  return table(sessions, [
+    { label: 'session', key: true, wide: true, cell: (x) => html`<span class="mono">${x.session}</span>` },
+    { label: 'profile', cell: (x) => x.profile },
+    { label: 'spent', cell: (x) => `${usd(x.cost_usd)} of ${usd(x.cap_usd)}` },
+    { label: 'requests', cell: (x) => int(x.requests) },
+    { label: 'last seen', cell: (x) => relative(x.last_seen, now) },
+  ], { id: (x) => `${x.profile}:${x.session}`, empty: capped ? 'No session reached its cap today.' : 'No profile caps its sessions (session_daily_usd).' });
 }
 
 export function spendSection(s: Summary, now: number): Html {
@@ -51,7 +79,8 @@ export function spendSection(s: Summary, now: number): Html {
   const body = profiles.length === 0
     ? empty('No profiles configured.')
     : html`<div class="profiles">${profiles.map((p) => profileCard(p, now))}</div><p class="note">All profiles: ${usd(s.spend.total_day_usd)} today · ${usd(s.spend.total_month_usd)} this month.</p>`;
-  return body;
+  const capped = profiles.some((p) => p.session_cap_usd !== null);
+  return html`${body}${sub('Keys with caps of their own', keysTable(s.spend.keys, now))}${sub('Sessions stopped today (at their cap; refused until 00:00 UTC)', stoppedTable(s.spend.sessions_stopped, capped, now))}`;
 }
 
 const times = (v: number) => `${figure(v)}×`;

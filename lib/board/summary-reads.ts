@@ -13,6 +13,8 @@ export const HOUR = 3_600_000;
 export const DAY = 86_400_000;
 /** The newest raw rows read (the costliest requests of the last hour are looked for among them). */
 export const RECENT_LIMIT = 1_000;
+/** Today's costliest sessions read: the ones at their profile's session cap are looked for among them. */
+export const STOPPED_LIMIT = 200;
 
 export const dayOf = (ms: number) => new Date(ms).toISOString().slice(0, 10);
 export const hourOf = (ms: number) => new Date(ms).toISOString().slice(0, 13);
@@ -70,6 +72,12 @@ export function startReads(store: Store, w: SummaryWindows) {
     lastHoursSessions: store.boardSums({ grain: 'h', dims: ['session'], from: w.hourPrev, to: w.hourNow, byBucket: true, order: 'last_ts', limit: 100 }),
     // One bucket: its rows are the totals already (no grouping, whatever the number of sessions).
     topSessionsToday: store.boardSums({ grain: 'd', dims: ['session'], from: w.today, to: w.today, byBucket: true, order: 'cost_usd', limit: 10 }),
+    // The costliest sessions of today: those at their profile's session cap are among them (./summary-caps.ts).
+    sessionsToday: store.boardSums({ grain: 'd', dims: ['session'], from: w.today, to: w.today, byBucket: true, order: 'cost_usd', limit: STOPPED_LIMIT }),
+    /** Every key (the capped ones are shown), and the keys' spend today and this month (dim key: the key's id). */
+    keys: store.listKeys(),
+    keysToday: store.boardSums({ grain: 'd', dims: ['key'], from: w.today, to: w.today }),
+    keysMonth: store.boardSums({ grain: 'd', dims: ['key'], from: w.monthFrom, to: w.today }),
     // Only the sessions that spent enough this hour to be an anomaly are judged against their own earlier hours.
     spendingSessions: store.boardActiveSessions(w.hourNow, RULES.sessionMinUsd),
     endUsersToday: store.boardSums({ grain: 'd', dims: ['end_user'], from: w.today, to: w.today }),

@@ -2,9 +2,10 @@
 // section, composed by computeSummary. They read the rollups for every window, the newest
 // RECENT_LIMIT raw rows (the costliest requests), the budget counters, the usage snapshots and the
 // health figures (./summary-reads.ts names every read; ./summary-traffic.ts has the traffic
-// sections). Its cost does not grow with the traffic of the current hour: "the last hour" is this
-// clock hour's rollups plus the previous hour's, weighted by the share of it inside the last 60
-// minutes (docs/board.md). Read-only, UTC throughout, on the injected clock; it never puts a key,
+// sections; ./summary-caps.ts the keys against their own caps and the sessions stopped at theirs).
+// Its cost does not grow with the traffic of the current hour: "the last hour" is this clock hour's
+// rollups plus the previous hour's, weighted by the share of it inside the last 60 minutes
+// (docs/board.md). Read-only, UTC throughout, on the injected clock; it never puts a key,
 // a key prefix of a request, an upstream key or any prompt text into what it returns.
 
 import type { Admission } from '../admission.ts';
@@ -14,6 +15,7 @@ import type { Config } from '../config.ts';
 import { SEP } from '../store/rollups.ts';
 import { AUDIT_OUTCOMES, type BoardSum, type Store, type UsageSnapshot } from '../store/store.ts';
 import { anomalies } from './anomalies.ts';
+import { cappedKeys, stoppedSessions } from './summary-caps.ts';
 import { group, hist, lastHour, r6, startReads, summaryWindows, HOUR, type LastHour, type SummaryReads, type SummaryWindows } from './summary-reads.ts';
 import { benchmarkRunsSection, cacheSection, modelsSection, providersSection, requestsSection, routingSection, toolLogsSection } from './summary-traffic.ts';
 import type * as T from './types.ts';
@@ -21,7 +23,8 @@ import type * as T from './types.ts';
 export interface SummaryDeps {
   store: Store;
   config: Config;
-  budget: Pick<Budget, 'state'>;
+  /** Each profile's state; a capped key's standing (view). */
+  budget: Pick<Budget, 'state' | 'view'>;
   catalog: Pick<Catalog, 'prices'>;
   /** The IP block's state of an address. */
   admission: Pick<Admission, 'failures'>;
@@ -76,6 +79,7 @@ function spendProfile(d: SummaryDeps, name: string, st: BudgetState | undefined,
     projected_exhaustion: out !== undefined && out < w.dayEnd && !blocked ? new Date(out).toISOString() : null,
     router_day_usd: snap?.usage_daily ?? null, ledger_day_usd: snap?.ledger_day_usd ?? null,
     drift_usd: snap?.drift_usd ?? null, drifted: snap?.drifted ?? null, snapshot_at: snap?.ts ?? null,
+    session_cap_usd: d.config.profiles.get(name)?.session_daily_usd ?? null,
   };
 }
 
@@ -88,7 +92,11 @@ async function spendSection(d: SummaryDeps, r: SummaryReads, w: SummaryWindows, 
   const state = await states;
   const list = profiles.map((p, i) =>
     spendProfile(d, p, state[i], { day: spendOf(today, p), month: spendOf(month, p) }, hour.sum('profile', p, 'cost_usd'), snapOf.get(p), w));
-  return { profiles: list, total_day_usd: r6(list.reduce((a, p) => a + p.day_usd, 0)), total_month_usd: r6(list.reduce((a, p) => a + p.month_usd, 0)) };
+  return {
+    profiles: list, total_day_usd: r6(list.reduce((a, p) => a + p.day_usd, 0)), total_month_usd: r6(list.reduce((a, p) => a + p.month_usd, 0)),
+    keys: await cappedKeys(d, await r.keys, await r.keysToday, await r.keysMonth, w),
+    sessions_stopped: stoppedSessions(d.config, await r.sessionsToday),
+  };
 }
 
 function sessionRow(key: string, s: { requests: number; cost_usd: number; last_ts: string }, tier: string): T.SessionRow {

@@ -4,6 +4,7 @@
 // latencies are milliseconds. Only fields are added here, never renamed or removed. Nothing in
 // either is ever a key, a key secret, an upstream key or prompt text.
 
+import type { BudgetStage } from '../budget.ts';
 import type { UpkeepState } from '../store/upkeep.ts';
 import type { Counters } from '../counters/counters.ts';
 import type { Degradation, ReconcileCounts, Store, TokenCounts } from '../store/store.ts';
@@ -44,12 +45,50 @@ export interface SpendProfile {
   drift_usd: number | null;
   drifted: boolean | null;
   snapshot_at: string | null;
+  /** The profile's cap per session and UTC day (`session_daily_usd`); null: sessions are not capped. */
+  session_cap_usd: number | null;
+}
+
+/** A key with caps of its own (keys without caps draw on their profile's budget only and have no entry). */
+export interface SpendKey {
+  profile: string;
+  /** The key's name (`sluice keys create --name`): never the key or its prefix. */
+  name: string;
+  /** Its caps (null: none for that window). */
+  daily_usd: number | null;
+  monthly_usd: number | null;
+  day_usd: number;
+  month_usd: number;
+  /** Of each cap (null: no cap for that window). */
+  day_percent: number | null;
+  month_percent: number | null;
+  /** The higher of the two: the figure its stage follows. */
+  percent: number;
+  /** Its own stage; its requests are handled at the higher of this and its profile's. */
+  stage: BudgetStage;
+  /** When the window its percentage is of resets (blocked: when the block ends). */
+  next_reset: string;
+}
+
+/** A session whose spend today reached its profile's cap per session: its requests are refused until 00:00 UTC. */
+export interface StoppedSession {
+  profile: string;
+  session: string;
+  end_user: string | null;
+  cost_usd: number;
+  cap_usd: number;
+  requests: number;
+  last_seen: string;
 }
 
 export interface Spend {
   profiles: SpendProfile[];
   total_day_usd: number;
   total_month_usd: number;
+  /** Active keys with caps of their own, most spent (of its cap) first. */
+  keys: SpendKey[];
+  /** Today's sessions at their profile's session cap, costliest first. */
+  sessions_stopped: StoppedSession[];
 }
 
 /** Requests in one window. Status classes: '2xx' | '3xx' | '4xx' | '5xx' | 'other'. */

@@ -8,11 +8,13 @@
 // exchange through a symbol on the emitter, so no closure is allocated per request.
 
 import type { ClientRequest, IncomingMessage, ServerResponse } from 'node:http';
+import { budgetHeadersOn, pushBudgetHeaders } from '../budget-report.ts';
 import { rowCost, type Catalog, type Prices } from '../catalog.ts';
 import type { ReadCtx } from '../context.ts';
 import { GatewayError, renderError, streamErrorEvent, type ErrorCode } from '../errors.ts';
 import type { Outcome, RequestRow } from '../store/store.ts';
 import type { OpenList } from './open-list.ts';
+import type { RequestTrace, RequestTracer } from '../trace/request.ts';
 import { UsageTap, usageOf } from './usage-tap.ts';
 
 /** The exchange an emitter (client request and response, upstream request and response) belongs to. */
@@ -33,6 +35,8 @@ export interface ExchangeCore {
   endGraceMs: number;
   /** Exchanges between forward() and their row: what a shutdown must end. */
   open: OpenList<Exchange>;
+  /** The trace hooks (lib/trace/request.ts); null while tracing is off. */
+  trace: RequestTracer | null;
 }
 
 /** Response headers that are the hop's own, not the body's. */
@@ -75,6 +79,8 @@ export class Exchange {
   stallTimer: NodeJS.Timeout | null = null;
   /** Destroys a client socket that has not taken its response's end in time (see closeWithin). */
   endTimer: NodeJS.Timeout | null = null;
+  /** The request's spans (lib/trace/request.ts), ended from the row; null while tracing is off or the request is not traced. */
+  trace: RequestTrace | null = null;
 
   constructor(ctx: ReadCtx, core: ExchangeCore) {
     this.ctx = ctx;
@@ -124,6 +130,9 @@ export class Exchange {
       'x-sluice-request-id', ctx.id,
       'server-timing', `sluice;dur=${(this.sentAt - ctx.t0).toFixed(2)}`,
     );
+    // The budget's standing (generative routes: the budget step left its view); its values come from tables.
+    const view = ctx.budget;
+    if (view !== null && budgetHeadersOn(ctx.profile)) pushBudgetHeaders(headers, view);
     this.isStream = isStream;
     this.tap = new UsageTap(ctx.dialect, isStream);
     if (res.destroyed) return; // the client left while the headers were on their way
@@ -237,12 +246,13 @@ export class Exchange {
     const unanswered = this.reached && !this.upstreamEnded && (this.upstreamStatus === 0 || this.upstreamStatus < 400);
     const cost = rowCost(u, prices, unanswered ? this.bodyBytes : 0);
     const end = performance.now();
-    core.record({
+    const row: RequestRow = {
       id: ctx.id,
       ts: new Date(core.now()).toISOString(),
       endpoint: ctx.route,
       profile: profile.name,
       key_prefix: ctx.key.row.prefix,
+      key_id: ctx.key.row.id,
       end_user: ctx.endUser,
       session: ctx.session,
       run: ctx.run,
@@ -266,7 +276,9 @@ export class Exchange {
       duration_ms: Math.round(end - ctx.t0),
       overhead_ms: this.sentAt ? Math.round((this.sentAt - ctx.t0) * 100) / 100 : null,
       tools: u.tools,
-    });
+    };
+    core.record(row);
+    if (this.trace !== null) this.trace.end(row, this); // both spans end with every attribute the row gives
   }
 }
 
@@ -275,6 +287,7 @@ export class Exchange {
 function onUpstreamData(this: Tagged<IncomingMessage>, chunk: Buffer): void {
   const ex = this[EXCHANGE]!;
   ex.tap!.write(chunk);
+  if (ex.trace !== null) ex.trace.chunk(chunk); // the time to the first chunk
   const res = ex.ctx.res;
   if (res.writableEnded) return; // ended by a shutdown's interrupt(): a write now would be an error
   if (!res.write(chunk)) {

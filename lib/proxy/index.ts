@@ -19,6 +19,7 @@ import { EXCHANGE, Exchange, type ExchangeCore } from './exchange.ts';
 import { OpenList } from './open-list.ts';
 import { UpstreamCall, UpstreamClient } from './upstream-client.ts';
 import { bodyOf, headersOf, targetOf, upstreamTargets } from './upstream-request.ts';
+import type { RequestTracer } from '../trace/request.ts';
 
 export { UsageTap, usageOf, type Usage } from './usage-tap.ts';
 
@@ -35,6 +36,8 @@ interface ProxyDeps {
   clientStallMs?: number;
   /** How long a client has to take a response sluice ended itself (an error, a shutdown) before its socket is destroyed (default 5 s). */
   endGraceMs?: number;
+  /** The trace hooks (lib/trace/request.ts); null or absent while tracing is off. */
+  trace?: RequestTracer | null;
 }
 
 /** The default of ProxyDeps.endGraceMs. */
@@ -75,6 +78,7 @@ export function createProxy(deps: ProxyDeps) {
     upstreamTimeoutMs: deps.upstreamTimeoutMs,
     clientStallMs: deps.clientStallMs ?? deps.upstreamTimeoutMs,
     endGraceMs: deps.endGraceMs ?? END_GRACE_MS,
+    trace: deps.trace ?? null,
   };
 
   function onError(err: NodeJS.ErrnoException, req: IncomingMessage): void {
@@ -91,7 +95,7 @@ export function createProxy(deps: ProxyDeps) {
     const first = ex.upstreamOptions;
     if (ex.reusedSocket && !ex.retried && !ex.timedOut && err.code === 'ECONNRESET' && !res.destroyed && first instanceof UpstreamCall) {
       ex.retried = true;
-      upstream.send(req, res, first.fresh(), headersOf(ex.ctx, first.buffer.length));
+      upstream.send(req, res, first.fresh(), headersOf(ex.ctx, first.buffer.length, ex.trace));
       return;
     }
     const code = ex.timedOut ? 'upstream_timeout' : 'upstream_unreachable';
@@ -103,12 +107,14 @@ export function createProxy(deps: ProxyDeps) {
     /** Sends the request upstream; returns at once (the exchange ends through events). */
     forward(ctx: ReadCtx): void {
       const ex = new Exchange(ctx, core);
+      // Its CLIENT span starts now: the headers below carry its traceparent.
+      if (core.trace !== null) ex.trace = core.trace.client(ctx);
       const body = bodyOf(ctx);
       const target = targetOf(targets, ctx);
       const call = new UpstreamCall(target, target.protocol === 'https:' ? agents['https:'] : agents['http:'], body);
       ex.upstreamOptions = call; // for its one retry
       ex.bodyBytes = body.length;
-      upstream.send(ctx.req, ctx.res, call, headersOf(ctx, body.length));
+      upstream.send(ctx.req, ctx.res, call, headersOf(ctx, body.length, ex.trace));
     },
     /** Exchanges still open (their rows not yet made). */
     get open(): number {

@@ -9,6 +9,7 @@ import { Stream } from 'node:stream';
 import { withSlash, type Config } from '../config.ts';
 import type { ReadCtx } from '../context.ts';
 import { bodyChanged, encodeBody } from '../request-body.ts';
+import type { RequestTrace } from '../trace/request.ts';
 
 
 /**
@@ -53,8 +54,10 @@ export function bodyOf(ctx: ReadCtx): OneWrite {
 /**
  * The headers to send, built in one object (http-proxy-3 copies `req.headers` once more; handing
  * it no `headers` option spares it a second merge). Deletes would push the object into slow mode.
+ * A traced request's `traceparent` names its CLIENT span (lib/trace/request.ts); untraced, the
+ * client's own trace headers pass through like any other.
  */
-export function headersOf(ctx: ReadCtx, bodyLength: number): IncomingHttpHeaders {
+export function headersOf(ctx: ReadCtx, bodyLength: number, trace: RequestTrace | null = null): IncomingHttpHeaders {
   const from = ctx.req.headers;
   const out: IncomingHttpHeaders = {
     authorization: `Bearer ${ctx.upstreamKey}`,
@@ -63,6 +66,7 @@ export function headersOf(ctx: ReadCtx, bodyLength: number): IncomingHttpHeaders
     'content-length': String(bodyLength),
   };
   for (const h in from) if (!STRIP_REQUEST.has(h) && !h.startsWith(CODEX_PREFIX)) out[h] = from[h];
+  if (trace !== null) trace.inject(out);
   return out;
 }
 

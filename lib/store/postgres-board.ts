@@ -26,7 +26,7 @@ export function postgresRollupRow(raw: Raw): RequestRow {
     cache_write_tokens: Number(raw.cache_write_tokens), reasoning_tokens: Number(raw.reasoning_tokens), cost_usd: Number(raw.cost_usd),
     cost_source: 'estimate', provider: raw.provider as string | null, degradation: raw.degradation as RequestRow['degradation'],
     generation_id: null, ttfb_ms: numOrNull(raw.ttfb_ms), duration_ms: Number(raw.duration_ms), overhead_ms: numOrNull(raw.overhead_ms),
-    tools: raw.tools === '[]' ? [] : (JSON.parse(raw.tools as string) as string[]),
+    tools: raw.tools === '[]' ? [] : (JSON.parse(raw.tools as string) as string[]), key_id: numOrNull(raw.key_id),
   };
 }
 
@@ -201,6 +201,14 @@ export function postgresBoard(sql: postgres.Sql): BoardStore {
         ? await sql`SELECT COALESCE(SUM(cost_usd), 0) AS spend FROM board_rollup
             WHERE grain = 'd' AND dim = 'profile' AND bucket >= ${since.slice(0, 10)} AND key = ${profile}`
         : await sql`SELECT COALESCE(SUM(cost_usd), 0) AS spend FROM requests WHERE profile = ${profile} AND ts >= ${since}`;
+      return Number(raw.spend);
+    },
+
+    async keyLedgerSpendSince(keyId, since) {
+      const [raw] = since.endsWith('T00:00:00.000Z') && (await isBackfilled())
+        ? await sql`SELECT COALESCE(SUM(cost_usd), 0) AS spend FROM board_rollup
+            WHERE grain = 'd' AND dim = 'key' AND bucket >= ${since.slice(0, 10)} AND key = ${String(keyId)}`
+        : await sql`SELECT COALESCE(SUM(cost_usd), 0) AS spend FROM requests WHERE key_id = ${keyId} AND ts >= ${since}`;
       return Number(raw.spend);
     },
 

@@ -61,6 +61,8 @@ function toKey(raw: Raw): KeyRow {
     expires_at: isoOrNull(raw.expires_at),
     last_used_at: isoOrNull(raw.last_used_at),
     revoked_at: isoOrNull(raw.revoked_at),
+    daily_usd: numOrNull(raw.daily_usd),
+    monthly_usd: numOrNull(raw.monthly_usd),
   };
 }
 
@@ -94,6 +96,7 @@ function toRequest(raw: Raw): RequestRow {
     duration_ms: Number(raw.duration_ms),
     overhead_ms: numOrNull(raw.overhead_ms),
     tools: JSON.parse(raw.tools as string) as string[],
+    key_id: numOrNull(raw.key_id),
   };
 }
 
@@ -130,9 +133,9 @@ export function openPostgresStore(url: string): Store {
     async createKey(key: NewKey) {
       try {
         const [raw] = await sql`
-          INSERT INTO keys (key_hash, prefix, profile, name, ip_allow, created_at, expires_at)
+          INSERT INTO keys (key_hash, prefix, profile, name, ip_allow, created_at, expires_at, daily_usd, monthly_usd)
           VALUES (${key.key_hash}, ${key.prefix}, ${key.profile}, ${key.name}, ${key.ip_allow},
-                  ${key.created_at}, ${key.expires_at ?? null})
+                  ${key.created_at}, ${key.expires_at ?? null}, ${key.daily_usd ?? null}, ${key.monthly_usd ?? null})
           RETURNING *`;
         return toKey(raw as Raw);
       } catch (err) {
@@ -167,6 +170,16 @@ export function openPostgresStore(url: string): Store {
     async revokeKey(profile, name, at) {
       const [raw] = await sql`
         UPDATE keys SET revoked_at = ${at}
+        WHERE profile = ${profile} AND name = ${name} AND revoked_at IS NULL
+        RETURNING *`;
+      return raw ? toKey(raw) : undefined;
+    },
+
+    async setKeyCaps(profile, name, caps) {
+      const [raw] = await sql`
+        UPDATE keys SET
+          daily_usd = CASE WHEN ${caps.daily_usd !== undefined} THEN ${caps.daily_usd ?? null}::double precision ELSE daily_usd END,
+          monthly_usd = CASE WHEN ${caps.monthly_usd !== undefined} THEN ${caps.monthly_usd ?? null}::double precision ELSE monthly_usd END
         WHERE profile = ${profile} AND name = ${name} AND revoked_at IS NULL
         RETURNING *`;
       return raw ? toKey(raw) : undefined;

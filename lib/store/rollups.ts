@@ -115,6 +115,8 @@ function sharedTargets(row: RequestRow): Target[] {
   // The board's last-hour 429 count per profile (its rate_limited_burst anomaly).
   if (row.status === 429) out.push([['h'], 'limited', row.profile]);
   if (row.degradation !== 'none') out.push([D, 'degradation', row.degradation]);
+  // A key's spend by day: what its caps count against (Store.keyLedgerSpendSince) and `sluice keys list` shows.
+  if (row.key_id != null) out.push([D, 'key', String(row.key_id)]);
   return out;
 }
 
@@ -250,7 +252,7 @@ interface Group {
  */
 function signature(r: RequestRow): string {
   return r.ts.slice(0, 13) + SEP + r.endpoint + SEP + r.outcome + SEP + r.status + SEP + r.profile + SEP + r.provider + SEP
-    + r.model + SEP + r.tier + SEP + r.requested_model + SEP + r.degradation;
+    + r.model + SEP + r.tier + SEP + r.requested_model + SEP + r.degradation + SEP + r.key_id;
 }
 
 /** Counts one request row into `into` (no object per row: a group's sums take it directly). */

@@ -30,7 +30,7 @@ function backfillRow(a: unknown[]): RequestRow {
     cache_read_tokens: a[AT.cache_read_tokens] as number, cache_write_tokens: a[AT.cache_write_tokens] as number, reasoning_tokens: a[AT.reasoning_tokens] as number,
     cost_usd: a[AT.cost_usd] as number, cost_source: 'estimate', provider: a[AT.provider] as string | null, degradation: a[AT.degradation] as RequestRow['degradation'],
     generation_id: null, ttfb_ms: a[AT.ttfb_ms] as number | null, duration_ms: a[AT.duration_ms] as number, overhead_ms: a[AT.overhead_ms] as number | null,
-    tools: tools === '[]' ? [] : (JSON.parse(tools) as string[]),
+    tools: tools === '[]' ? [] : (JSON.parse(tools) as string[]), key_id: a[AT.key_id] as number | null,
   };
 }
 
@@ -83,6 +83,8 @@ function statements(db: DatabaseSync) {
     auditSince: db.prepare('SELECT ip, COUNT(*) AS failures FROM auth_audit WHERE ts >= ? GROUP BY ip ORDER BY failures DESC, ip LIMIT ?'),
     spendDays: db.prepare("SELECT COALESCE(SUM(cost_usd), 0) AS spend FROM board_rollup WHERE grain = 'd' AND dim = 'profile' AND bucket >= ? AND key = ?"),
     spendRaw: db.prepare('SELECT COALESCE(SUM(cost_usd), 0) AS spend FROM requests WHERE profile = ? AND ts >= ?'),
+    keySpendDays: db.prepare("SELECT COALESCE(SUM(cost_usd), 0) AS spend FROM board_rollup WHERE grain = 'd' AND dim = 'key' AND bucket >= ? AND key = ?"),
+    keySpendRaw: db.prepare('SELECT COALESCE(SUM(cost_usd), 0) AS spend FROM requests WHERE key_id = ? AND ts >= ?'),
   } satisfies Record<string, StatementSync>;
 }
 
@@ -233,6 +235,12 @@ export function sqliteBoard(db: DatabaseSync): BoardStore {
     async ledgerSpendSince(profile, since) {
       const midnight = since.endsWith('T00:00:00.000Z');
       const raw = midnight && isBackfilled() ? s.spendDays.get(since.slice(0, 10), profile) : s.spendRaw.get(profile, since);
+      return Number((raw as Raw).spend);
+    },
+
+    async keyLedgerSpendSince(keyId, since) {
+      const midnight = since.endsWith('T00:00:00.000Z');
+      const raw = midnight && isBackfilled() ? s.keySpendDays.get(since.slice(0, 10), String(keyId)) : s.keySpendRaw.get(keyId, since);
       return Number((raw as Raw).spend);
     },
 

@@ -155,3 +155,11 @@ SELECT 1;
 -- migration 5: no index of the rollups by key
 -- Nothing on SQLite, which never had it (schema.sql's step 5 drops it on Postgres).
 SELECT 1;
+
+-- migration 6: key caps, and the key of each request row
+-- A key's own caps in USD per UTC day and month (NULL: none). A row's key by id: the display
+-- prefix alone can be shared by two keys. Rows written before this step have none. A key's spend
+-- is read from the daily rollups (dim 'key'), so no index on requests is needed for it.
+ALTER TABLE keys ADD COLUMN daily_usd REAL;
+ALTER TABLE keys ADD COLUMN monthly_usd REAL;
+ALTER TABLE requests ADD COLUMN key_id INTEGER;

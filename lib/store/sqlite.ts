@@ -34,13 +34,15 @@ function toKey(raw: Raw): KeyRow {
     expires_at: (raw.expires_at as string | null) ?? null,
     last_used_at: (raw.last_used_at as string | null) ?? null,
     revoked_at: (raw.revoked_at as string | null) ?? null,
+    daily_usd: (raw.daily_usd as number | null) ?? null,
+    monthly_usd: (raw.monthly_usd as number | null) ?? null,
   };
 }
 
 /** Positional parameters in REQUEST_COLUMNS order (cheaper to bind than a named object per row). */
 function requestParams(row: RequestRow): SQLInputValue[] {
   return REQUEST_COLUMNS.map((column) =>
-    column === 'stream' ? (row.stream ? 1 : 0) : column === 'tools' ? JSON.stringify(row.tools) : (row[column] as SQLInputValue));
+    column === 'stream' ? (row.stream ? 1 : 0) : column === 'tools' ? JSON.stringify(row.tools) : ((row[column] ?? null) as SQLInputValue));
 }
 
 /** True for the partial unique index on active (profile, name), not for other constraints. */
@@ -76,8 +78,8 @@ export function openSqliteStore(file: string): Store {
 
   const stmt = {
     createKey: db.prepare(
-      `INSERT INTO keys (key_hash, prefix, profile, name, ip_allow, created_at, expires_at)
-       VALUES (:key_hash, :prefix, :profile, :name, :ip_allow, :created_at, :expires_at) RETURNING *`,
+      `INSERT INTO keys (key_hash, prefix, profile, name, ip_allow, created_at, expires_at, daily_usd, monthly_usd)
+       VALUES (:key_hash, :prefix, :profile, :name, :ip_allow, :created_at, :expires_at, :daily_usd, :monthly_usd) RETURNING *`,
     ),
     keyByHash: db.prepare('SELECT * FROM keys WHERE key_hash = ?'),
     touchKey: db.prepare('UPDATE keys SET last_used_at = ? WHERE id = ?'),
@@ -85,6 +87,11 @@ export function openSqliteStore(file: string): Store {
     listKeysOf: db.prepare('SELECT * FROM keys WHERE profile = ? ORDER BY id'),
     revokeKey: db.prepare(
       'UPDATE keys SET revoked_at = ? WHERE profile = ? AND name = ? AND revoked_at IS NULL RETURNING *',
+    ),
+    setKeyCaps: db.prepare(
+      `UPDATE keys SET daily_usd = CASE WHEN :set_daily THEN :daily_usd ELSE daily_usd END,
+         monthly_usd = CASE WHEN :set_monthly THEN :monthly_usd ELSE monthly_usd END
+       WHERE profile = :profile AND name = :name AND revoked_at IS NULL RETURNING *`,
     ),
     insertAudit: db.prepare('INSERT INTO auth_audit (ts, ip, prefix, outcome) VALUES (?, ?, ?, ?)'),
     listAudit: db.prepare('SELECT id, ts, ip, prefix, outcome FROM auth_audit ORDER BY ts DESC, id DESC LIMIT ?'),
@@ -118,6 +125,8 @@ export function openSqliteStore(file: string): Store {
           ip_allow: key.ip_allow,
           created_at: key.created_at,
           expires_at: key.expires_at ?? null,
+          daily_usd: key.daily_usd ?? null,
+          monthly_usd: key.monthly_usd ?? null,
         });
         return toKey(raw as Raw);
       } catch (err) {
@@ -142,6 +151,14 @@ export function openSqliteStore(file: string): Store {
 
     async revokeKey(profile, name, at) {
       const raw = stmt.revokeKey.get(at, profile, name);
+      return raw ? toKey(raw) : undefined;
+    },
+
+    async setKeyCaps(profile, name, caps) {
+      const raw = stmt.setKeyCaps.get({
+        set_daily: caps.daily_usd === undefined ? 0 : 1, daily_usd: caps.daily_usd ?? null,
+        set_monthly: caps.monthly_usd === undefined ? 0 : 1, monthly_usd: caps.monthly_usd ?? null, profile, name,
+      });
       return raw ? toKey(raw) : undefined;
     },
 

@@ -18,9 +18,15 @@ export interface KeyRow {
   expires_at: string | null;
   last_used_at: string | null;
   revoked_at: string | null;
+  /** The key's own spending caps in USD per UTC day and month (null: none; its profile's budget still applies). */
+  daily_usd: number | null;
+  monthly_usd: number | null;
 }
 
-export type NewKey = Pick<KeyRow, 'key_hash' | 'prefix' | 'profile' | 'name' | 'ip_allow' | 'created_at' | 'expires_at'>;
+/** A key to create; caps left out are none. */
+export type NewKey = Pick<KeyRow, 'key_hash' | 'prefix' | 'profile' | 'name' | 'ip_allow' | 'created_at' | 'expires_at'> & Partial<KeyCaps>;
+/** A key's spending caps (lib/budget.ts turns its spend against them into a stage). */
+export type KeyCaps = Pick<KeyRow, 'daily_usd' | 'monthly_usd'>;
 
 /** The refusals of auth chain steps 2–5 (key-auth and the allowlist), each audited and counted toward the IP block. */
 export const AUTH_FAILURE_OUTCOMES = ['missing_key', 'malformed_key', 'unknown_key', 'revoked_key', 'expired_key', 'ip_not_allowed'] as const;
@@ -77,6 +83,9 @@ export interface RequestRow extends TokenCounts {
   duration_ms: number;
   overhead_ms: number | null;
   tools: string[]; // names of the tools the model called; stored as a JSON array
+  /** The id of the key the request came with (KeyRow.id); its prefix alone can be shared by two keys. Rows
+   *  written before keys had caps, and rows built without a key, carry null (left out: null). */
+  key_id?: number | null;
 }
 
 /** The requests table's columns: every field of a RequestRow, in the order both stores write them. */
@@ -84,7 +93,7 @@ export const REQUEST_COLUMNS = [
   'id', 'ts', 'endpoint', 'profile', 'key_prefix', 'end_user', 'session', 'run', 'tier',
   'requested_model', 'model', 'stream', 'status', 'outcome', 'input_tokens', 'output_tokens',
   'cache_read_tokens', 'cache_write_tokens', 'reasoning_tokens', 'cost_usd', 'cost_source',
-  'provider', 'degradation', 'generation_id', 'ttfb_ms', 'duration_ms', 'overhead_ms', 'tools',
+  'provider', 'degradation', 'generation_id', 'ttfb_ms', 'duration_ms', 'overhead_ms', 'tools', 'key_id',
 ] as const satisfies ReadonlyArray<keyof RequestRow>;
 
 /** The columns the rollups never read: the key prefix, and fields no rollup counts. */
@@ -236,6 +245,12 @@ export interface BoardStore {
    * from it, the board reads it.
    */
   ledgerSpendSince(profile: string, since: string): Promise<number>;
+  /**
+   * The key's spend since `since`, by its id, from the same daily rollups (dim `key`; raw rows
+   * when `since` is not a UTC midnight or the backfill is not done): what the key's caps are
+   * counted against and `sluice keys list` shows. Rows without a key id count toward no key.
+   */
+  keyLedgerSpendSince(keyId: number, since: string): Promise<number>;
   /** Rolls up to `limit` pre-rollup rows (a 0.3.0 store); resumable, safe with two processes. */
   backfillRollups(limit: number): Promise<{ done: boolean; rows: number }>;
   /** Deletes up to `limit` request rows with ts < before; the rollups keep their totals. */
@@ -262,6 +277,11 @@ export interface Store {
   listKeys(profile?: string): Promise<KeyRow[]>;
   /** Revokes the active key of (profile, name); undefined when there is none. */
   revokeKey(profile: string, name: string, at: string): Promise<KeyRow | undefined>;
+  /**
+   * Changes the caps of the active key of (profile, name) in one statement: a cap given as a number
+   * is set, as null cleared, left out kept. Undefined when there is no such key.
+   */
+  setKeyCaps(profile: string, name: string, caps: Partial<KeyCaps>): Promise<KeyRow | undefined>;
   insertAudit(rows: AuditRow[]): Promise<void>;
   /** Newest first. */
   listAudit(limit?: number): Promise<Array<AuditRow & { id: number }>>;

@@ -17,8 +17,9 @@ const ROOT = join(import.meta.dirname, '../..');
  *   config, the settings, the body scan, the thinking budget rules, the paid extras, the room for bodies arriving). The simulated router is its own world: it imports none of the gateway.
  * - store and counters: the two backings; the store keeps the rollups in the insert's transaction.
  * - recorder: rows queued for the store.
- * - budget, the router side (catalog, lib/upstream: ring 1's loops use the budget).
- * - proxy: the streaming core and the usage tap, with the per-request context it reads (and the key cache, which caches that context's key);
+ * - budget (and its spend windows), the router side (catalog, lib/upstream: ring 1's loops use the budget).
+ * - proxy: the streaming core and the usage tap, with the per-request context it reads (and the key cache, which caches that context's key),
+ *   the traces (lib/trace/) whose hooks the core and the handler call, and the budget report (its headers go into the core's head);
  *   admission: the IP block, the rate-limit windows, the room for bodies and the spend read, over the counters and the budget.
  * - auto: the decision model's call (it reads usage with the proxy's tap); deps: the types plugins see.
  * - board: the summary, page and metrics (reads the store, the budget, the IP block's state through admission).
@@ -29,8 +30,8 @@ export const RANKS: Array<[rank: number, prefixes: string[]]> = [
   [0, ['lib/errors.ts', 'lib/log.ts', 'lib/config.ts', 'lib/settings.ts', 'lib/keys.ts', 'lib/json-scan.ts', 'lib/request-body.ts', 'lib/client-ip.ts', 'lib/thinking-budget.ts', 'lib/paid-extras.ts', 'lib/intake.ts', 'lib/routes.ts', 'lib/sim/']],
   [1, ['lib/store/', 'lib/counters/']],
   [2, ['lib/recorder.ts']],
-  [3, ['lib/budget.ts', 'lib/upstream/', 'lib/catalog.ts']],
-  [4, ['lib/context.ts', 'lib/end-user.ts', 'lib/key-cache.ts', 'lib/admission.ts', 'lib/proxy/']],
+  [3, ['lib/budget.ts', 'lib/budget-windows.ts', 'lib/upstream/', 'lib/catalog.ts']],
+  [4, ['lib/context.ts', 'lib/end-user.ts', 'lib/key-cache.ts', 'lib/admission.ts', 'lib/proxy/', 'lib/trace/', 'lib/budget-report.ts']],
   [5, ['lib/auto.ts']],
   [6, ['lib/deps.ts']],
   [7, ['lib/board/']],

@@ -115,6 +115,13 @@ t.test('auth failures, refusals, streams and health gauges', async (t) => {
     t.ok(parseMetrics(body).some((s) => s.name === 'sluice_refusals_total' && s.labels.route === route && s.labels.profile === 'none' && s.labels.code === 'ip_blocked'), `${route}: the ip_blocked refusals start at zero`);
   }
   t.equal(value(body, 'sluice_refusals_total', { code: 'ip_blocked' }), 0);
+  // The budget's refusals start at zero per profile on the routes the budget applies to: the first key or session stopped is an increase.
+  for (const code of ['budget_exhausted', 'key_budget_exhausted', 'session_budget_exhausted']) {
+    const series = parseMetrics(body).filter((s) => s.name === 'sluice_refusals_total' && s.labels.code === code).map((s) => `${s.labels.route}/${s.labels.profile}`).sort();
+    const want = ['chat', 'messages', 'responses'].flatMap((r) => ['dev', 'ops'].map((p) => `${r}/${p}`));
+    t.strictSame(series, code === 'budget_exhausted' ? [...want, 'other/other'].sort() : want.sort(), `${code}: one series per generative route and profile`);
+  }
+  t.equal(value(body, 'sluice_refusals_total', { code: 'key_budget_exhausted' }), 0);
 });
 
 t.test('the budgets in USD and the time left in their UTC windows, on the budget clock', async (t) => {

@@ -15,6 +15,7 @@ export const MARKUP = {
   run: '<b>run</b>',
   tool: '<svg onload=alert(3)>',
   ip: '<i>203.0.113.9</i>',
+  keyName: '<u>bob</u>',
 };
 
 const p = (p50: number | null, p95: number | null, p99: number | null): Percentiles => ({ p50, p95, p99 });
@@ -50,9 +51,16 @@ export function sample(): Summary {
     spend: {
       total_day_usd: 5.4013, total_month_usd: 53.0013,
       profiles: [
-        { profile: 'dev', day_usd: 3.2, month_usd: 41, daily_budget_usd: 5, monthly_budget_usd: 60, percent: 68.33, day_percent: 64, month_percent: 68.33, degradation: 'none', blocked: false, next_reset: '2026-11-25T00:00:00.000Z', day_reset: '2026-11-25T00:00:00.000Z', month_reset: '2026-12-01T00:00:00.000Z', burn_rate_usd_per_hour: 0.42, projected_exhaustion: '2026-11-24T13:40:00.000Z', router_day_usd: 3.212, ledger_day_usd: 3.2, drift_usd: 0.012, drifted: false, snapshot_at: iso(10 * 60e3) },
-        { profile: 'tiny', day_usd: 0.0013, month_usd: 0.0013, daily_budget_usd: 0.001, monthly_budget_usd: 0.02, percent: 130, day_percent: 130, month_percent: 6.5, degradation: 'max-tokens', blocked: true, next_reset: '2026-11-25T00:00:00.000Z', day_reset: '2026-11-25T00:00:00.000Z', month_reset: '2026-12-01T00:00:00.000Z', burn_rate_usd_per_hour: 0.0013, projected_exhaustion: null, router_day_usd: 0.9, ledger_day_usd: 0.0013, drift_usd: 0.8987, drifted: true, snapshot_at: iso(2 * 3600e3) },
-        { profile: 'assistant', day_usd: 2.2, month_usd: 12, daily_budget_usd: 3, monthly_budget_usd: 40, percent: 73.33, day_percent: 73.33, month_percent: 30, degradation: 'fast-only', blocked: false, next_reset: '2026-11-25T00:00:00.000Z', day_reset: '2026-11-25T00:00:00.000Z', month_reset: '2026-12-01T00:00:00.000Z', burn_rate_usd_per_hour: 0.1, projected_exhaustion: null, router_day_usd: null, ledger_day_usd: null, drift_usd: null, drifted: null, snapshot_at: null },
+        { profile: 'dev', day_usd: 3.2, month_usd: 41, daily_budget_usd: 5, monthly_budget_usd: 60, percent: 68.33, day_percent: 64, month_percent: 68.33, degradation: 'none', blocked: false, next_reset: '2026-11-25T00:00:00.000Z', day_reset: '2026-11-25T00:00:00.000Z', month_reset: '2026-12-01T00:00:00.000Z', burn_rate_usd_per_hour: 0.42, projected_exhaustion: '2026-11-24T13:40:00.000Z', router_day_usd: 3.212, ledger_day_usd: 3.2, drift_usd: 0.012, drifted: false, snapshot_at: iso(10 * 60e3), session_cap_usd: 2 },
+        { profile: 'tiny', day_usd: 0.0013, month_usd: 0.0013, daily_budget_usd: 0.001, monthly_budget_usd: 0.02, percent: 130, day_percent: 130, month_percent: 6.5, degradation: 'max-tokens', blocked: true, next_reset: '2026-11-25T00:00:00.000Z', day_reset: '2026-11-25T00:00:00.000Z', month_reset: '2026-12-01T00:00:00.000Z', burn_rate_usd_per_hour: 0.0013, projected_exhaustion: null, router_day_usd: 0.9, ledger_day_usd: 0.0013, drift_usd: 0.8987, drifted: true, snapshot_at: iso(2 * 3600e3), session_cap_usd: null },
+        { profile: 'assistant', day_usd: 2.2, month_usd: 12, daily_budget_usd: 3, monthly_budget_usd: 40, percent: 73.33, day_percent: 73.33, month_percent: 30, degradation: 'fast-only', blocked: false, next_reset: '2026-11-25T00:00:00.000Z', day_reset: '2026-11-25T00:00:00.000Z', month_reset: '2026-12-01T00:00:00.000Z', burn_rate_usd_per_hour: 0.1, projected_exhaustion: null, router_day_usd: null, ledger_day_usd: null, drift_usd: null, drifted: null, snapshot_at: null, session_cap_usd: null },
+      ],
+      keys: [
+        { profile: 'dev', name: 'ci-runner', daily_usd: 0.5, monthly_usd: 5, day_usd: 0.52, month_usd: 3.1, day_percent: 104, month_percent: 62, percent: 104, stage: 'blocked', next_reset: '2026-11-25T00:00:00.000Z' },
+        { profile: 'dev', name: MARKUP.keyName, daily_usd: 1, monthly_usd: null, day_usd: 0.75, month_usd: 4.2, day_percent: 75, month_percent: null, percent: 75, stage: 'fast-only', next_reset: '2026-11-25T00:00:00.000Z' },
+      ],
+      sessions_stopped: [
+        { profile: 'dev', session: MARKUP.session, end_user: MARKUP.endUser, cost_usd: 2.1, cap_usd: 2, requests: 37, last_seen: iso(2 * 60e3) },
       ],
     },
     requests: {
@@ -114,7 +122,7 @@ export function quietSummary(): Summary {
   const dev = { ...s.spend.profiles[0], day_usd: 0, month_usd: 0, percent: 0, day_percent: 0, month_percent: 0, burn_rate_usd_per_hour: 0, projected_exhaustion: null, router_day_usd: null, ledger_day_usd: null, drift_usd: null, drifted: null, snapshot_at: null };
   return {
     version: '0.3.0', generated_at: NOW,
-    spend: { profiles: [dev], total_day_usd: 0, total_month_usd: 0 },
+    spend: { profiles: [{ ...dev, session_cap_usd: null }], total_day_usd: 0, total_month_usd: 0, keys: [], sessions_stopped: [] },
     requests: {
       today: w('2026-11-24T00:00:00.000Z'), last_24h: w(iso(86400e3)), last_7d: w(iso(7 * 86400e3)), month: w('2026-11-01T00:00:00.000Z'),
       by_hour: s.requests.by_hour.map((h) => ({ ...h, requests: 0, errors: 0, cost_usd: 0 })), by_day: s.requests.by_day.map((d) => ({ ...d, requests: 0, errors: 0, cost_usd: 0 })),

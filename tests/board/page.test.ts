@@ -155,6 +155,33 @@ t.test('spend: bars, badges, reset, burn, run-out, drift — the fixture figures
   t.equal(glance, `spent today ${usd(s.spend.total_day_usd)} requests today ${int(s.requests.today.total)} degraded 2 of 3 anomalies 4`);
 });
 
+t.test('spend: keys against their own caps, sessions stopped at theirs — the fixture figures', async (t) => {
+  const s = sample();
+  const page = renderPage(s);
+  for (const k of s.spend.keys) {
+    const row = `${k.profile}:${k.name}`;
+    t.equal(cell(page, 'spend', row, 'key'), k.name, `${k.name}: its name, as text`);
+    t.equal(cell(page, 'spend', row, 'today'), `${usd(k.day_usd)} of ${usd(k.daily_usd)} · ${percent(k.day_percent)}`, `${k.name}: today against its daily cap`);
+    t.equal(cell(page, 'spend', row, 'stage'), k.stage);
+    t.equal(cell(page, 'spend', row, 'resets'), relative(k.next_reset, now));
+  }
+  t.equal(cell(page, 'spend', 'dev:ci-runner', 'this month'), `${usd(3.1)} of ${usd(5)} · 62 %`);
+  t.equal(cell(page, 'spend', `dev:${MARKUP.keyName}`, 'this month'), `${usd(4.2)} · no cap`, 'a window without a cap: the spend alone');
+  t.match(sectionOf(page, 'spend'), /data-row="dev:ci-runner">[^]*?badge-bad">blocked/, 'a blocked key is red');
+  const stopped = s.spend.sessions_stopped[0]!;
+  const id = `dev:${stopped.session}`;
+  t.equal(cell(page, 'spend', id, 'session'), stopped.session, 'the session id, as text');
+  t.equal(cell(page, 'spend', id, 'spent'), `${usd(2.1)} of ${usd(2)}`);
+  t.equal(cell(page, 'spend', id, 'requests'), '37');
+  t.equal(cell(page, 'spend', id, 'last seen'), '2 min ago');
+  const dev = new RegExp('<article class="profile" data-profile="dev">([^]*?)</article>').exec(sectionOf(page, 'spend'))![1];
+  t.equal(dl(dev)['session cap'], `${usd(2)} a session a day`, "a profile's session cap on its card");
+  t.notOk('session cap' in dl(new RegExp('<article class="profile" data-profile="tiny">([^]*?)</article>').exec(sectionOf(page, 'spend'))![1]), 'none without one');
+  const none = renderPage({ ...s, spend: { ...s.spend, keys: [], sessions_stopped: [] } });
+  t.match(text(sectionOf(none, 'spend')), 'No key has caps of its own');
+  t.match(text(sectionOf(none, 'spend')), 'No session reached its cap today.', 'a profile caps sessions, none reached it');
+});
+
 t.test('requests, models, routing, providers, cache — the fixture figures', async (t) => {
   const s = sample();
   const page = renderPage(s);
@@ -276,6 +303,8 @@ t.test('an empty store is a readable page', async (t) => {
   t.same([...page.matchAll(/<section id="([a-z_]+)"/g)].map((m) => m[1]), SECTIONS.map(([id]) => id), 'every section is there');
   t.match(text(sectionOf(page, 'spend')), `today ${usd(0)} of ${usd(5)} · 0 %`, 'the budget still shows');
   t.equal(dl(sectionOf(page, 'spend'))['daily budget runs out'], 'nothing spent in the last hour');
+  t.match(text(sectionOf(page, 'spend')), 'No key has caps of its own');
+  t.match(text(sectionOf(page, 'spend')), 'No profile caps its sessions (session_daily_usd).');
   t.match(text(sectionOf(page, 'anomalies')), 'Nothing to look at.');
   t.match(text(sectionOf(page, 'models')), 'No model served.');
   t.match(text(sectionOf(page, 'sessions')), 'Nobody in the last hour.');
@@ -289,7 +318,7 @@ t.test('an empty store is a readable page', async (t) => {
   t.notOk('cost reconciliation' in dl(sectionOf(page, 'health')), 'no reconciliation before ring 1');
   const noSeries = renderPage({ ...s, requests: { ...s.requests, by_hour: [], by_day: [] } });
   t.match(sectionOf(noSeries, 'requests'), /aria-label="requests, – to –: 0"/, 'no points: empty charts, no crash');
-  const none: Summary = { ...s, spend: { profiles: [], total_day_usd: 0, total_month_usd: 0 } };
+  const none: Summary = { ...s, spend: { profiles: [], total_day_usd: 0, total_month_usd: 0, keys: [], sessions_stopped: [] } };
   t.match(text(sectionOf(renderPage(none), 'spend')), 'No profiles configured.');
 });
 

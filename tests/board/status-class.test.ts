@@ -63,7 +63,7 @@ t.test('/metrics and the summary count the same rows under the same classes', as
 
   await store.insertRequests(rows);
   const deps: SummaryDeps = {
-    store, config, budget: { state: async () => { throw new Error('no budget here'); } }, catalog: { prices: () => undefined },
+    store, config, budget: { state: async () => { throw new Error('no budget here'); }, view: async () => { throw new Error('no budget here'); } }, catalog: { prices: () => undefined },
     admission: { failures: async () => ({ allowed: true, count: 0, msLeft: 0 }) }, keyCacheSize: () => 0,
     health: () => ({
       status: 'ok', version: 'test', uptime_s: 0, store: { kind: 'sqlite', reachable: true, rows_written: 0, rows_pending: 0 },

@@ -1,6 +1,6 @@
 // `sluice check`: the configuration and settings `serve` would start with, judged before a
 // restart through a real process. A good one exits 0 with a summary on stdout; every problem of
-// the settings and of the files is listed at once, exit 78; nothing is opened (no store file);
+// the settings (SLUICE_* and OTEL_*) and of the files is listed at once, exit 78; nothing is opened (no store file);
 // a profile without an upstream key is named on stderr but is not a failure.
 
 import { spawn } from 'node:child_process';
@@ -47,11 +47,15 @@ t.test('every problem of the settings and the files at once: exit 78', async (t)
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   cpSync(join(ROOT, 'config'), dir, { recursive: true });
   writeFileSync(join(dir, 'tiers.yaml'), 'tiers:\n  fast:\n    model: 7\n');
-  const bad = await check(['--config', dir], { ...KEYS, SLUICE_SHUTDOWN_GRACE_S: '10s', SLUICE_WARMUP_REQUESTS: '-1' });
+  const bad = await check(['--config', dir], {
+    ...KEYS, SLUICE_SHUTDOWN_GRACE_S: '10s', SLUICE_WARMUP_REQUESTS: '-1',
+    OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc',
+  });
   t.equal(bad.code, 78);
   t.equal(bad.stdout, '', 'nothing on stdout');
   t.match(bad.stderr, /SLUICE_SHUTDOWN_GRACE_S must be a number of seconds, 0 or more, got "10s"/);
   t.match(bad.stderr, /SLUICE_WARMUP_REQUESTS must be a whole number/);
+  t.match(bad.stderr, /OTEL_EXPORTER_OTLP_PROTOCOL=grpc is not supported/, 'the trace settings too');
   t.match(bad.stderr, /tiers\.yaml/, 'and the file problems too');
   t.notOk(bad.opened);
   const missing = await check(['--config', join(dir, 'nope')], {});

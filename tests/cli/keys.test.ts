@@ -20,7 +20,7 @@ const ROOT = resolve(import.meta.dirname, '../..');
 const CLI = join(ROOT, 'cli', 'sluice.ts');
 const EXAMPLE_CONFIG = join(ROOT, 'config');
 const KEY_RE = /^sluice_([a-z][a-z0-9-]{0,31})_([A-Za-z0-9]{32})$/;
-const JSON_FIELDS = ['prefix', 'profile', 'name', 'created_at', 'last_used_at', 'expires_at', 'revoked_at', 'ip_allow', 'state'];
+const JSON_FIELDS = ['prefix', 'profile', 'name', 'created_at', 'last_used_at', 'expires_at', 'revoked_at', 'ip_allow', 'state', 'daily_usd', 'monthly_usd', 'day_usd', 'month_usd'];
 
 interface Run { code: number | null; stdout: string; stderr: string }
 
@@ -153,7 +153,7 @@ t.test('expiry, IP lists, list and revoke', async (t) => {
   const byName = new Map(rows.map((r) => [r.name, r]));
   t.match(byName.get('old'), { profile: 'dev', state: 'expired', expires_at: '2020-01-01T00:00:00.000Z', revoked_at: null, last_used_at: null, ip_allow: '', prefix: `sluice_dev_…${past.slice(-4)}` });
   t.match(byName.get('new'), { state: 'active', expires_at: '2999-12-31T00:00:00.000Z', ip_allow: '10.0.0.1,192.168.0.0/16,2001:db8::/32' });
-  t.match(byName.get('dash'), { profile: 'car', state: 'active', expires_at: null });
+  t.match(byName.get('dash'), { profile: 'car', state: 'active', expires_at: null, daily_usd: null, monthly_usd: null, day_usd: 0, month_usd: 0 });
   t.ok(Number.isFinite(Date.parse(byName.get('dash')!.created_at as string)), 'created_at is a timestamp');
 
   const carOnly = JSON.parse(carJson.stdout) as Array<Record<string, unknown>>;
@@ -161,13 +161,13 @@ t.test('expiry, IP lists, list and revoke', async (t) => {
 
   t.equal(table.code, 0);
   const lines = table.stdout.trimEnd().split('\n');
-  t.strictSame(lines[0]!.split(/\s{2,}/), ['PREFIX', 'PROFILE', 'NAME', 'CREATED', 'LAST USED', 'STATE']);
+  t.strictSame(lines[0]!.split(/\s{2,}/), ['PREFIX', 'PROFILE', 'NAME', 'CREATED', 'LAST USED', 'STATE', 'TODAY USD', 'DAILY CAP', 'MONTH USD', 'MONTHLY CAP']);
   t.equal(lines.length, 4, 'a header and three rows');
   const cells = lines.slice(1).map((l) => l.split(/\s{2,}/));
-  t.strictSame(cells.map((c) => [c[0], c[1], c[2], c[4], c[5]]).sort(), [
-    [`sluice_car_…${car.slice(-4)}`, 'car', 'dash', '-', 'active'],
-    [`sluice_dev_…${past.slice(-4)}`, 'dev', 'old', '-', 'expired'],
-    [`sluice_dev_…${future.slice(-4)}`, 'dev', 'new', '-', 'active'],
+  t.strictSame(cells.map((c) => [c[0], c[1], c[2], c[4], c[5], ...c.slice(6)]).sort(), [
+    [`sluice_car_…${car.slice(-4)}`, 'car', 'dash', '-', 'active', '0.00', '-', '0.00', '-'],
+    [`sluice_dev_…${past.slice(-4)}`, 'dev', 'old', '-', 'expired', '0.00', '-', '0.00', '-'],
+    [`sluice_dev_…${future.slice(-4)}`, 'dev', 'new', '-', 'active', '0.00', '-', '0.00', '-'],
   ].sort());
   t.equal(devTable.stdout.trimEnd().split('\n').length, 3, 'the table filters by profile too');
   for (const out of [json.stdout, json.stderr, table.stdout, table.stderr]) {

@@ -1,6 +1,7 @@
 // Round trips to Redis on a request's path: with RedisCounters, a proxied request that passes talks
 // to Redis once (one script call: the IP block, the key's and the end user's windows, and the
-// budget spend read), and its spend goes to Redis after the answer, batched. Seen from outside the
+// budget spend read: the profile's, and a capped key's and a capped session's too), and its spend
+// goes to Redis after the answer, batched. Seen from outside the
 // client: the commands through ioredis's documented diagnostics channel, the writes as the chunks
 // a TCP relay in front of Redis receives (one per write on loopback, where ioredis disables Nagle).
 
@@ -9,6 +10,7 @@ import { once } from 'node:events';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import type { CommandTraceContext } from 'ioredis';
 import t, { type Test } from 'tap';
+import { insertKey, prepareKey } from '../../cli/keys.ts';
 import { openRedisCounters, REDIS_URL } from '../lib/counters.contract.ts';
 import { startHarness } from '../helpers/gateway.ts';
 
@@ -85,6 +87,37 @@ t.test('one Redis round trip per proxied request; spend batched off the path', a
   await h.gateway.deps.budget.flush();
   const incrWrites = relay.chunks.filter((w) => spendOnly(w) && /evalsha|\beval\b/i.test(w));
   t.ok(incrWrites.length >= 1, `spend increments in ${incrWrites.length} write(s)`);
+});
+
+t.test('a capped key in a session: its spend and the session\'s are read in the same one round trip', async (t) => {
+  const relay = await recordingRelay(t);
+  const counters = await openRedisCounters(t, { url: relay.url });
+  const h = await startHarness(t, {
+    counters,
+    extraProfiles: '  capped:\n    default_tier: fast\n    router: sim\n    budget: { daily_usd: 5, monthly_usd: 60 }\n    session_daily_usd: 1\n',
+    env: { SLUICE_UPSTREAM_KEY_CAPPED: 'sk-or-v1-capped' },
+  });
+  const key = await insertKey(h.store, prepareKey(h.config, { profile: 'capped', name: 'runaway', dailyUsd: '1', monthlyUsd: '10' }));
+  const chat = async () => {
+    const res = await fetch(`${h.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-sluice-session': 'loop' },
+      body: JSON.stringify({ model: 'sluice/fast', messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    await res.arrayBuffer();
+    return res.status;
+  };
+  // The first request reads (and seeds) the profile's and the key's windows: extra round trips, once.
+  t.equal(await chat(), 200);
+  const spendOnly = (w: string) => w.includes(':spend:') && !w.includes(':rl:');
+  const path = /:rl:.*rl:key:.*:spend:day:capped:.*:spend:month:capped:.*:spend:key:day:.*:spend:key:month:.*:spend:session:day:capped:[0-9a-f]{24}:/s;
+  for (let i = 0; i < 5; i++) {
+    const from = relay.chunks.length;
+    t.equal(await chat(), 200);
+    const writes = relay.chunks.slice(from).filter((w) => !spendOnly(w));
+    t.equal(writes.length, 1, `request ${i + 1}: one write on its path`);
+    t.match(writes[0], path, 'the windows, the profile\'s, the key\'s and the session\'s spend, in that one write');
+  }
 });
 
 t.test('requests arriving together share a write', async (t) => {

@@ -15,6 +15,7 @@ import { MemoryCounters } from '../../lib/counters/memory.ts';
 import { createLogger } from '../../lib/log.ts';
 import { createGateway, type Gateway } from '../../lib/server.ts';
 import { readSettings } from '../../lib/settings.ts';
+import { readTraceSettings } from '../../lib/trace/settings.ts';
 import { startSimulatedRouter, type SimulatedRouter } from '../../lib/sim/index.ts';
 import { openStore } from '../../lib/store/open.ts';
 import type { RequestRow, Store } from '../../lib/store/store.ts';
@@ -79,7 +80,7 @@ export interface HarnessOptions {
   counters?: Counters;
   /** Extra profiles.yaml text appended under `profiles:` (indent two spaces). */
   extraProfiles?: string;
-  /** SLUICE_* variables on top of the harness's own (upstream keys, ring-1 loops off), read by readSettings. */
+  /** SLUICE_* variables on top of the harness's own (upstream keys, ring-1 loops off), read by readSettings; OTEL_* ones too, read by readTraceSettings (tracing is off without an endpoint). */
   env?: Record<string, string>;
   upstreamTimeoutMs?: number;
   bodyTimeoutMs?: number;
@@ -156,6 +157,7 @@ export async function startHarness(t: Test, opts: HarnessOptions = {}): Promise<
     drainIdleMs: opts.drainIdleMs ?? 50,
     // A timeout shorter than a second (SLUICE_UPSTREAM_TIMEOUT_S's unit) goes in past the reader.
     settings: Object.freeze({ ...readSettings(env), ...(opts.upstreamTimeoutMs === undefined ? {} : { upstreamTimeoutMs: opts.upstreamTimeoutMs }) }),
+    trace: readTraceSettings(env),
   });
   const addr = await gateway.listen('127.0.0.1', 0);
   t.teardown(() => gateway.close(1000));

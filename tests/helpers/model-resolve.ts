@@ -52,7 +52,7 @@ export function ctxOf(dialect: Dialect, body: Record<string, any>, opts: { profi
   return {
     id: 'unit', dialect, route: dialect, body: scannedBody(body), raw: Buffer.from(JSON.stringify(body)), requestedModel: body.model,
     profile: config.profiles.get(opts.profile ?? 'dev'), degradation: opts.degradation ?? 'none',
-    removed: [], adjusted: [], tier: null, model: null, endUser: null, session: null, run: null, stream: false, ip: '127.0.0.1',
+    budget: null, removed: [], adjusted: [], tier: null, model: null, endUser: null, session: null, run: null, stream: false, ip: '127.0.0.1',
   } as unknown as ReadCtx;
 }
 

@@ -59,7 +59,7 @@ t.test('the example config/ loads', async (t) => {
   t.equal(c.routers.get('openrouter')!.url.href, 'https://openrouter.ai/');
   t.strictSame(c.profiles.get('dev'), {
     name: 'dev', default_tier: 'agent', router: 'openrouter', budget: { daily_usd: 5, monthly_usd: 60 }, l2_cache: false,
-    rate_limits: { per_key_per_minute: 60, per_user_per_minute: 10 },
+    rate_limits: { per_key_per_minute: 60, per_user_per_minute: 10 }, session_daily_usd: null, budget_headers: true,
   });
   t.strictSame(c.tiers.get('fast'), {
     name: 'fast', model: 'google/gemini-2.5-flash', fallbacks: ['openai/gpt-4.1-mini'],
@@ -90,6 +90,28 @@ t.test('defaults', async (t) => {
   const p = loadConfig(partial).profiles.get('dev')!;
   t.strictSame(p.rate_limits, { per_key_per_minute: 60, per_user_per_minute: 3 }, 'an omitted limit keeps its default');
   t.equal(p.l2_cache, true);
+});
+
+t.test('session_daily_usd and budget_headers: defaults, values, and strict checks', async (t) => {
+  const dev = (extra: string) => configDir(t, {
+    profiles: GOOD_PROFILES.replace('budget: { daily_usd: 5, monthly_usd: 60 }', `budget: { daily_usd: 5, monthly_usd: 60 }\n${extra}`),
+    tiers: GOOD_TIERS,
+  });
+  const plain = loadConfig(dev('')).profiles.get('dev')!;
+  t.equal(plain.session_daily_usd, null, 'no session cap by default');
+  t.equal(plain.budget_headers, true, 'budget headers on by default');
+  const set = loadConfig(dev('    session_daily_usd: 0.5\n    budget_headers: false')).profiles.get('dev')!;
+  t.equal(set.session_daily_usd, 0.5);
+  t.equal(set.budget_headers, false);
+  t.equal(loadConfig(dev('    session_daily_usd: ~')).profiles.get('dev')!.session_daily_usd, null, 'null states no cap');
+  const bad = dev('    session_daily_usd: 0\n    budget_headers: "no"');
+  const p = join(bad, 'profiles.yaml');
+  t.strictSame(problems(bad), [
+    `${p}: profiles.dev.session_daily_usd: must be greater than 0`,
+    `${p}: profiles.dev.budget_headers: must be true or false`,
+  ]);
+  const text = dev('    session_daily_usd: lots');
+  t.strictSame(problems(text), [`${join(text, 'profiles.yaml')}: profiles.dev.session_daily_usd: must be a number`]);
 });
 
 t.test('every problem of both files at once, each with file and path', async (t) => {
@@ -148,7 +170,7 @@ auto:
     `${p}: routers.broken.url: is not a URL: not a url`,
     `${p}: routers.ftp.url: must be an http or https URL`,
     `${p}: profiles.my_profile: name must match ^[a-z][a-z0-9-]{0,31}$`,
-    `${p}: profiles.dev.colour: unknown field (allowed: default_tier, router, budget, l2_cache, rate_limits)`,
+    `${p}: profiles.dev.colour: unknown field (allowed: default_tier, router, budget, l2_cache, rate_limits, session_daily_usd, budget_headers)`,
     `${p}: profiles.dev.budget.daily_usd: must be greater than 0`,
     `${p}: profiles.car.default_tier: names unknown tier "turbo"`,
     `${p}: profiles.car.router: names unknown router "nowhere"`,

@@ -31,7 +31,7 @@ function row(over: Partial<RequestRow> = {}): RequestRow {
     end_user: null, session: null, run: null, tier: null, requested_model: null, model: null, stream: true,
     status: 200, outcome: 'client_disconnect', input_tokens: 10, output_tokens: 5, cache_read_tokens: 0,
     cache_write_tokens: 0, reasoning_tokens: 0, cost_usd: 0.01, cost_source: 'estimate', provider: null,
-    degradation: 'none', generation_id: 'gen-1', ttfb_ms: null, duration_ms: 500, overhead_ms: null, tools: [], ...over,
+    degradation: 'none', generation_id: 'gen-1', ttfb_ms: null, duration_ms: 500, overhead_ms: null, tools: [], key_id: 1, ...over,
   };
 }
 

@@ -55,6 +55,7 @@ function requestRow(over: Partial<RequestRow> = {}): RequestRow {
     duration_ms: 1,
     overhead_ms: null,
     tools: [],
+    key_id: null,
     ...over,
   };
 }
@@ -85,7 +86,7 @@ export function storeContract(t: Test, open: OpenStore): void {
     const input = newKey({ ip_allow: '10.0.0.0/8,192.168.1.7' });
     const first = await store.createKey(input);
     t.type(first.id, 'number');
-    t.strictSame(first, { id: first.id, ...input, last_used_at: null, revoked_at: null });
+    t.strictSame(first, { id: first.id, ...input, last_used_at: null, revoked_at: null, daily_usd: null, monthly_usd: null }, 'no caps unless given');
     const second = await store.createKey(newKey());
     t.ok(second.id > first.id, 'ids increase');
   });
@@ -221,6 +222,7 @@ export function storeContract(t: Test, open: OpenStore): void {
       duration_ms: 4567,
       overhead_ms: 0.37,
       tools: ['web_search', 'read_file', 'with "quotes", commas & ünïcode'],
+      key_id: 2_147_483_647,
     });
     const disconnected = requestRow({
       ts: '2025-03-01T12:00:02.000Z',
@@ -301,6 +303,55 @@ export function storeContract(t: Test, open: OpenStore): void {
     t.equal(await store.spendSince('b', since), 40);
     t.equal(await store.spendSince('a', '2025-04-01T00:00:00.000Z'), 0, 'nothing since gives 0');
     t.equal(await store.spendSince('nobody', since), 0, 'unknown profile gives 0');
+  });
+
+  t.test('key caps: set at creation, changed, kept and cleared on the active key only', async (t) => {
+    const store = await storeFor(t);
+    const capped = await store.createKey(newKey({ profile: 'team', name: 'ci', daily_usd: 1, monthly_usd: 12.5 }));
+    t.match(capped, { daily_usd: 1, monthly_usd: 12.5 }, 'created with caps');
+    const monthOnly = await store.createKey(newKey({ profile: 'team', name: 'laptop', daily_usd: null, monthly_usd: 0.000001 }));
+    t.strictSame([monthOnly.daily_usd, monthOnly.monthly_usd], [null, 0.000001], 'one cap alone, a micro-dollar kept exactly');
+    t.strictSame(await store.keyByHash(capped.key_hash), capped);
+
+    const changed = await store.setKeyCaps('team', 'ci', { daily_usd: 2.25, monthly_usd: null });
+    t.strictSame(changed, { ...capped, daily_usd: 2.25, monthly_usd: null }, 'both caps set at once: one changed, one cleared');
+    t.strictSame(await store.keyByHash(capped.key_hash), changed);
+    t.strictSame(await store.keyByHash(monthOnly.key_hash), monthOnly, 'other keys untouched');
+    const kept = await store.setKeyCaps('team', 'ci', { monthly_usd: 40 });
+    t.strictSame([kept?.daily_usd, kept?.monthly_usd], [2.25, 40], 'a cap left out is kept');
+    t.strictSame(await store.setKeyCaps('team', 'ci', {}), kept, 'nothing given: nothing changes');
+    const cleared = await store.setKeyCaps('team', 'ci', { daily_usd: null, monthly_usd: null });
+    t.strictSame([cleared?.daily_usd, cleared?.monthly_usd], [null, null], 'cleared');
+
+    t.equal(await store.setKeyCaps('team', 'nobody', { daily_usd: 1, monthly_usd: null }), undefined, 'unknown name');
+    t.equal(await store.setKeyCaps('ops', 'ci', { daily_usd: 1, monthly_usd: null }), undefined, 'name exists only in another profile');
+    await store.revokeKey('team', 'ci', '2025-03-02T00:00:00.000Z');
+    t.equal(await store.setKeyCaps('team', 'ci', { daily_usd: 1, monthly_usd: null }), undefined, 'a revoked key is not changed');
+    const again = await store.createKey(newKey({ profile: 'team', name: 'ci' }));
+    const set = await store.setKeyCaps('team', 'ci', { daily_usd: 3, monthly_usd: 30 });
+    t.equal(set?.id, again.id, 'the active key of the name, not the revoked one');
+    t.equal((await store.listKeys('team')).find((k) => k.id === capped.id)?.daily_usd, null, 'the revoked key keeps what it had');
+  });
+
+  t.test("keyLedgerSpendSince sums one key's rows by id, from midnight or any time", async (t) => {
+    const store = await storeFor(t);
+    const since = '2025-03-01T00:00:00.000Z';
+    t.equal(await store.keyLedgerSpendSince(7, since), 0, 'an empty store gives 0');
+    await store.insertRequests([
+      requestRow({ key_id: 7, ts: '2025-02-28T23:59:59.999Z', cost_usd: 100 }),
+      requestRow({ key_id: 7, ts: since, cost_usd: 0.25 }),
+      requestRow({ key_id: 7, ts: '2025-03-01T10:00:00.000Z', cost_usd: 0.5, profile: 'other', key_prefix: 'sk-sl-0001' }),
+      requestRow({ key_id: 7, ts: '2025-03-05T00:00:00.000Z', cost_usd: 1.125 }),
+      // The same display prefix, another key: counted apart.
+      requestRow({ key_id: 8, ts: '2025-03-02T00:00:00.000Z', cost_usd: 40 }),
+      requestRow({ ts: '2025-03-02T00:00:00.000Z', cost_usd: 9 }),
+    ]);
+    t.equal(await store.keyLedgerSpendSince(7, since), 1.875, 'boundary row included, the row 1 ms earlier not, whatever its profile');
+    t.equal(await store.keyLedgerSpendSince(7, '2025-03-05T00:00:00.000Z'), 1.125, 'from a later midnight');
+    t.equal(await store.keyLedgerSpendSince(7, '2025-03-01T00:00:00.001Z'), 1.625, 'from a time that is not a midnight');
+    t.equal(await store.keyLedgerSpendSince(8, since), 40);
+    t.equal(await store.keyLedgerSpendSince(9, since), 0, 'unknown key gives 0');
+    t.equal(await store.ledgerSpendSince('team', since), 50.375, "the profile's ledger counts every row, with a key or not");
   });
 
   t.test('a reopened store still has the data', async (t) => {

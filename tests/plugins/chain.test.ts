@@ -25,6 +25,9 @@ t.test('the real chain passes the start-up check on every route', async (t) => {
   const routes = routeTable(plugins);
   t.same([...routes.keys()].sort(), ALL_V1.map((r) => ROUTE_TABLE[r].path).sort(), 'every route of the table is served');
   t.same(routes.get('/v1/models')!.chain.map((p) => p.name), ['ip-block', 'key-auth', 'allowlist', 'profile-check'], 'models: the header-only checks');
+  t.same(routes.get('/v1/budget')!.chain.map((p) => p.name), ['ip-block', 'key-auth', 'allowlist', 'profile-check', 'rate-limit (key)'],
+    'budget: the header-only checks and the key over its rate limit; no body read, no budget step');
+  t.equal(routes.get('/v1/budget')!.dialect, null, "budget: a GET's errors take the dialect its headers suggest");
   t.equal(routes.get('/v1/messages')!.chain.at(-1)!.name, 'sanitize');
 });
 
@@ -53,6 +56,12 @@ t.test('a route whose chain skips a producer fails at start-up, naming the plugi
   // A producer that runs on fewer routes than what depends on it: the route it skips is named.
   const narrow: AnyPlugin[] = real.map((p) => (p.name === 'read-body' ? { ...p, routes: ['chat', 'messages', 'responses'] } : p));
   t.throws(() => routeTable(narrow), /route count_tokens:/);
+
+  // GET /v1/budget reads the key's profile: a chain that stops short of it, or reads a body, fails at start-up.
+  const budgetShort: AnyPlugin[] = real.map((p) => (p.name === 'profile-check' || p.name === 'rate-limit (key)' ? { ...p, routes: p.routes.filter((r) => r !== 'budget') } : p));
+  t.throws(() => routeTable(budgetShort), /route budget: it must end with the key and its profile found/);
+  const budgetBody: AnyPlugin[] = real.map((p) => (p.name === 'read-body' ? { ...p, routes: [...p.routes, 'budget'] } : p));
+  t.throws(() => routeTable(budgetBody), /route budget:/);
 
   const headerOnly = real.filter((p) => p.needs !== 'read' && p.gives !== 'read');
   t.throws(() => routeTable(headerOnly), /route chat: no plugin reads the body/);

@@ -36,7 +36,7 @@ function ctx(o: { ip?: string; key?: AuthedKey; endUser?: string | null; route?:
     id: 'unit', req: { headers: {} } as IncomingMessage, res: {} as ReadCtx['res'], route: (o.route ?? 'chat') as ReadCtx['route'], dialect: 'chat', t0: 0,
     ip: o.ip ?? '192.0.2.1', key: o.key ?? key(1), profile: PROFILE, router: ROUTER, upstreamKey: 'sk', raw: Buffer.alloc(0), body: { model: 'm' },
     stream: false, endUser: o.endUser ?? null, session: null, run: null, requestedModel: 'm', tier: null, model: null,
-    degradation: 'none', removed: [], adjusted: [],
+    degradation: 'none', budget: null, removed: [], adjusted: [],
   };
 }
 

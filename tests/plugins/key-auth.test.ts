@@ -18,7 +18,7 @@ function row(key: string, over: Partial<KeyRow> = {}): KeyRow {
   const { profile, token } = parseKey(key)!;
   return {
     id: 7, key_hash: hashKey(key), prefix: displayPrefix(profile, token), profile, name: 'n', ip_allow: '',
-    created_at: new Date(NOW - 86_400_000).toISOString(), expires_at: null, last_used_at: null, revoked_at: null, ...over,
+    created_at: new Date(NOW - 86_400_000).toISOString(), expires_at: null, last_used_at: null, revoked_at: null, daily_usd: null, monthly_usd: null, ...over,
   };
 }
 

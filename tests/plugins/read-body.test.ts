@@ -32,7 +32,7 @@ function ctxFor(req: FakeReq, dialect: 'chat' | 'messages' = 'chat'): ReadCtx {
   return {
     id: 'test', req: req as unknown as ReadCtx['req'], res: {} as ReadCtx['res'], route: dialect, dialect, t0: 0, ip: '127.0.0.1',
     stream: false, endUser: null, session: null, run: null, requestedModel: null, tier: null, model: null,
-    degradation: 'none', removed: [], adjusted: [],
+    degradation: 'none', budget: null, removed: [], adjusted: [],
     key: { row: { id: 1 }, allow: undefined }, profile: { rate_limits: { per_key_per_minute: 60, per_user_per_minute: 10 } },
   } as unknown as ReadCtx;
 }

@@ -109,7 +109,7 @@ function ctxOf(req: IncomingMessage, res: ServerResponse, raw: Buffer, extra: Pa
     key: { row: { prefix: 'sk-test' }, allow: undefined },
     profile: { name: 'p', default_tier: 'fast', router: 'r', budget: { daily_usd: 1, monthly_usd: 1 }, l2_cache: false, rate_limits: { per_key_per_minute: 1, per_user_per_minute: 1 } },
     upstreamKey: 'sk-upstream', raw, body: scannedBody(raw), stream: true, endUser: null, session: null, run: null,
-    requestedModel: 'sluice/fast', tier: 'fast', model: 'test/fast', degradation: 'none', removed: [], adjusted: [],
+    requestedModel: 'sluice/fast', tier: 'fast', model: 'test/fast', degradation: 'none', budget: null, removed: [], adjusted: [],
     ...extra,
   } as unknown as ReadCtx;
 }
