@@ -5,11 +5,10 @@
 // month, read from the store's ledger by key id (two keys of a profile apart, rows of another
 // month or without a key left out).
 
-import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import t, { type Test } from 'tap';
+import { sluice, tempDir } from '../helpers/cli.ts';
 import { windows } from '../../lib/budget.ts';
 import { openStore } from '../../lib/store/open.ts';
 import type { KeyRow } from '../../lib/store/store.ts';
@@ -19,31 +18,8 @@ import { freshPostgresUrl } from '../helpers/postgres.ts';
 t.setTimeout(120_000);
 
 const ROOT = resolve(import.meta.dirname, '../..');
-const CLI = join(ROOT, 'cli', 'sluice.ts');
 const EXAMPLE_CONFIG = join(ROOT, 'config');
 
-interface Run { code: number | null; stdout: string; stderr: string }
-
-function tempDir(t: Test, prefix: string): string {
-  const dir = mkdtempSync(join(tmpdir(), prefix));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
-
-function sluice(args: string[], env: Record<string, string>, cwd: string): Promise<Run> {
-  const base: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith('SLUICE_')) base[k] = v;
-  base.PATH = `${join(ROOT, 'node_modules', '.bin')}:${process.env.PATH ?? ''}`;
-  const child = spawn('node', [CLI, ...args], { cwd, env: { ...base, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-  child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-  return new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
 
 type Row = Record<string, unknown>;
 

@@ -3,48 +3,23 @@
 // bad configuration exit codes, expiry and IP lists, list (table and --json, never a key) and
 // revoke with its audit row; one create/list/revoke pass against Postgres.
 
-import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import postgres from 'postgres';
 import t, { type Test } from 'tap';
+import { sluice, tempDir, type Run } from '../helpers/cli.ts';
 import { freshPostgresUrl } from '../helpers/postgres.ts';
 
 // Each case spawns real processes; allow for a loaded machine beyond tap's 30 s default.
 t.setTimeout(120_000);
 
 const ROOT = resolve(import.meta.dirname, '../..');
-const CLI = join(ROOT, 'cli', 'sluice.ts');
 const EXAMPLE_CONFIG = join(ROOT, 'config');
 const KEY_RE = /^sluice_([a-z][a-z0-9-]{0,31})_([A-Za-z0-9]{32})$/;
 const JSON_FIELDS = ['prefix', 'profile', 'name', 'created_at', 'last_used_at', 'expires_at', 'revoked_at', 'ip_allow', 'state', 'daily_usd', 'monthly_usd', 'day_usd', 'month_usd'];
 
-interface Run { code: number | null; stdout: string; stderr: string }
-
-function tempDir(t: Test, prefix: string): string {
-  const dir = mkdtempSync(join(tmpdir(), prefix));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
-
-/** Runs `node cli/sluice.ts …` with the project's Node first on PATH and only the SLUICE_* variables given here. */
-function sluice(args: string[], env: Record<string, string>, cwd: string): Promise<Run> {
-  const base: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith('SLUICE_')) base[k] = v;
-  base.PATH = `${join(ROOT, 'node_modules', '.bin')}:${process.env.PATH ?? ''}`;
-  const child = spawn('node', [CLI, ...args], { cwd, env: { ...base, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-  child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-  return new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
 
 /** A data directory, the example configuration and a runner bound to them. */
 function setup(t: Test, extraEnv: Record<string, string> = {}) {

@@ -13,7 +13,6 @@ import { Budget } from '../../lib/budget.ts';
 import type { Profile } from '../../lib/config.ts';
 import type { ReadCtx } from '../../lib/context.ts';
 import type { Counters } from '../../lib/counters/counters.ts';
-import { MemoryCounters } from '../../lib/counters/memory.ts';
 import type { Deps } from '../../lib/deps.ts';
 import type { GatewayError } from '../../lib/errors.ts';
 import { openStore } from '../../lib/store/open.ts';
@@ -21,16 +20,10 @@ import type { KeyRow, Store } from '../../lib/store/store.ts';
 import { budget as budgetStep } from '../../plugins/budget.ts';
 import { endUserRateLimit } from '../../plugins/rate-limit.ts';
 import { capsProfile, keyRow, requestCtx, spentRow } from '../helpers/budget-caps.ts';
-import { openRedisCounters } from './counters.contract.ts';
+import { freshCounters } from './counters.contract.ts';
 
 type Kind = 'memory' | 'redis';
 
-async function freshCounters(t: Test, kind: Kind): Promise<Counters> {
-  if (kind === 'redis') return openRedisCounters(t);
-  const c = new MemoryCounters();
-  t.teardown(() => c.close());
-  return c;
-}
 
 /** One gateway process's budget over `counters` and `store`, with the two steps a request takes through it. */
 function gateway(counters: Counters, store: Store, clock: { now: number }) {

@@ -11,11 +11,9 @@ import { Redis } from 'ioredis';
 import t, { type Test } from 'tap';
 import { Budget, degradationFor } from '../../lib/budget.ts';
 import type { Profile } from '../../lib/config.ts';
-import type { Counters } from '../../lib/counters/counters.ts';
-import { MemoryCounters } from '../../lib/counters/memory.ts';
 import { openStore } from '../../lib/store/open.ts';
 import type { RequestRow, Store } from '../../lib/store/store.ts';
-import { openRedisCounters, REDIS_URL, redisNamespace } from './counters.contract.ts';
+import { freshCounters, openRedisCounters, REDIS_URL, redisNamespace } from './counters.contract.ts';
 
 t.test('degradationFor: the thresholds, exactly', async (t) => {
   const at = (p: number) => degradationFor(p);
@@ -46,12 +44,6 @@ const iso = (s: string) => new Date(Date.parse(s)).toISOString();
 
 type Kind = 'memory' | 'redis';
 
-async function freshCounters(t: Test, kind: Kind): Promise<Counters> {
-  if (kind === 'redis') return openRedisCounters(t);
-  const c = new MemoryCounters();
-  t.teardown(() => c.close());
-  return c;
-}
 
 async function setup(t: Test, kind: Kind, start: string) {
   const store: Store = await openStore({ dataDir: t.testdir() });

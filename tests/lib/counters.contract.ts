@@ -10,6 +10,7 @@ import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { Test } from 'tap';
 import type { Counters } from '../../lib/counters/counters.ts';
+import { MemoryCounters } from '../../lib/counters/memory.ts';
 import { RedisCounters } from '../../lib/counters/redis.ts';
 import { createLogger } from '../../lib/log.ts';
 
@@ -99,6 +100,14 @@ export async function openRedisCounters(
   t.teardown(() => counters.close());
   await whenReady(counters.client, 3000, { failFast: true });
   return counters;
+}
+
+/** A fresh backing of either kind for one test, closed at its end (Redis in a namespace of its own). */
+export async function freshCounters(t: Test, kind: 'memory' | 'redis'): Promise<Counters> {
+  if (kind === 'redis') return openRedisCounters(t);
+  const c = new MemoryCounters();
+  t.teardown(() => c.close());
+  return c;
 }
 
 export function countersContract(t: Test, backing: Backing): void {
