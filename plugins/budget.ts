@@ -42,7 +42,7 @@ function apply(spend: Spend, ctx: ReadCtx, view: BudgetView): void | Promise<voi
 function judgeSession(ctx: ReadCtx, capUsd: number, spentMicro: number, view: BudgetView, now: number): void {
   if (spentMicro < micro(capUsd)) return;
   throw new GatewayError('session_budget_exhausted', {
-    message: `daily session cap of profile ${ctx.profile.name} (${capUsd} USD) exhausted for this session; resets at 00:00 UTC`,
+    message: `daily session quota of profile ${ctx.profile.name} (${capUsd} USD) exhausted for this session; resets at 00:00 UTC`,
     headers: { 'retry-after': retryAfter(view.profile.dayResetAt, now) },
   });
 }
@@ -52,7 +52,7 @@ export function refusal(view: BudgetView, now: number): GatewayError {
   const s = view.binding;
   const window = exhaustedWindow(s);
   const limit = window === 'month' ? 'monthly' : 'daily';
-  const what = s.scope === 'profile' ? `${limit} budget of profile ${s.name}` : `${limit} cap of key ${s.name}`;
+  const what = s.scope === 'profile' ? `${limit} quota of profile ${s.name}` : `${limit} quota of key ${s.name}`;
   const at = resetOf(s);
   const when = window === 'month' ? `00:00 UTC on ${new Date(at).toISOString().slice(0, 10)}` : '00:00 UTC';
   return new GatewayError(s.scope === 'profile' ? 'budget_exhausted' : 'key_budget_exhausted', {

@@ -74,7 +74,7 @@ t.test('a Claude Code session past its cap is stopped at once; another session o
   t.not(second.code, 0, 'the resumed session is refused');
   t.equal(second.out.is_error, true);
   t.equal(second.out.api_error_status, 429);
-  t.match(String(second.out.result), /daily session cap of profile capped \(0\.0001 USD\) exhausted for this session; resets at 00:00 UTC/, 'Claude Code shows the refusal\'s words');
+  t.match(String(second.out.result), /daily session quota of profile capped \(0\.0001 USD\) exhausted for this session; resets at 00:00 UTC/, 'Claude Code shows the refusal\'s words');
   t.equal(seen() - before, 1, 'Claude Code stopped at once: one request after the refusal was decided, no retry');
   t.equal(h.sim.received.filter((r) => r.path.startsWith('/api/v1/messages')).length, 1, 'nothing more went upstream');
 

@@ -73,7 +73,7 @@ t.test('an exhausted budget stops claude after one request with the budget messa
   t.not(code, 0);
   t.equal(out.is_error, true);
   t.equal(out.api_error_status, 429);
-  t.match(String(out.result), /daily budget of profile tiny exhausted; resets at 00:00 UTC/, 'the refusal names the budget and its reset');
+  t.match(String(out.result), /daily quota of profile tiny exhausted; resets at 00:00 UTC/, 'the refusal names the budget and its reset');
   t.equal(seen(), 1, 'retry-after ≥ 3600 with x-should-retry: false: no retry');
   t.equal(h.sim.received.filter((r) => r.path.startsWith('/api/v1/messages')).length, 0, 'nothing went upstream');
 });

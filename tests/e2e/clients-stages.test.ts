@@ -143,7 +143,7 @@ t.test('Claude Code, a chat client and the AI SDK at every budget stage', async 
     const cc = await claude(t, h.url, key, 'say hi', { ANTHROPIC_MODEL: 'claude-sonnet-4-5-20250929' });
     t.not(cc.code, 0);
     t.equal(cc.out.api_error_status, 429);
-    t.match(String(cc.out.result), /budget of profile stages exhausted; resets at 00:00 UTC/);
+    t.match(String(cc.out.result), /quota of profile stages exhausted; resets at 00:00 UTC/);
     t.equal(seen.n, 1, 'claude made exactly one request');
 
     const anthropic = createAnthropic({ baseURL: `${h.url}/v1`, apiKey: key });

@@ -62,7 +62,7 @@ t.test('a key capped at 0.001 USD a day: spend through A degrades and then block
     const r = await chat(B.url, runaway, { reply: 'k' });
     return r.status === 429 ? r : undefined;
   }, 5000);
-  t.match(blocked.body.error, { code: 'key_budget_exhausted', type: 'insufficient_quota', message: 'daily cap of key runaway exhausted; resets at 00:00 UTC' });
+  t.match(blocked.body.error, { code: 'key_budget_exhausted', type: 'insufficient_quota', message: 'daily quota of key runaway exhausted; resets at 00:00 UTC' });
   t.equal(blocked.headers.get('x-should-retry'), 'false');
   t.ok(Number(blocked.headers.get('retry-after')) >= 3600, 'retry-after at least an hour');
   t.equal((await chat(A.url, runaway, { reply: 'k' })).body.error?.code, 'key_budget_exhausted', 'A refuses it too');
@@ -94,7 +94,7 @@ t.test('a session past its cap through A is refused on B; another session goes o
     const r = await inSession(B, key, 'loop');
     return r.status === 429 ? r : undefined;
   }, 5000);
-  t.match(refused.body.error, { code: 'session_budget_exhausted', message: 'daily session cap of profile sessions (0.0005 USD) exhausted for this session; resets at 00:00 UTC' });
+  t.match(refused.body.error, { code: 'session_budget_exhausted', message: 'daily session quota of profile sessions (0.0005 USD) exhausted for this session; resets at 00:00 UTC' });
   t.equal(refused.headers.get('x-should-retry'), 'false');
   t.equal((await inSession(A, key, 'loop')).status, 429, 'and on A');
   t.equal((await inSession(B, key, 'other')).status, 200, 'another session of the same key is served');

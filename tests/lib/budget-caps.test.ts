@@ -88,7 +88,7 @@ for (const kind of ['memory', 'redis'] as const) {
       ], 'the capped key: 70 % fast-only, 85 % max-tokens, 100 % refused; the other key: normal throughout');
 
       const refused = (await g.request(team, runaway)) as GatewayError;
-      t.match(refused, { status: 429, code: 'key_budget_exhausted', message: 'daily cap of key runaway exhausted; resets at 00:00 UTC' });
+      t.match(refused, { status: 429, code: 'key_budget_exhausted', message: 'daily quota of key runaway exhausted; resets at 00:00 UTC' });
       t.strictSame(refused.headers, { 'x-should-retry': 'false', 'retry-after': String(12 * 3600) }, 'the profile block\'s headers: retry-after to midnight UTC');
 
       const served = (await g.request(team, colleague)) as ReadCtx;
@@ -118,7 +118,7 @@ for (const kind of ['memory', 'redis'] as const) {
       t.equal(v.percent, 86);
       t.equal(outcome(await g.request(team, free)), 'max-tokens', 'the profile\'s stage holds for every key');
       await g.spend(free, 1.4); // profile 100 %
-      t.match(await g.request(team, capped), { code: 'budget_exhausted', message: 'daily budget of profile team exhausted; resets at 00:00 UTC' },
+      t.match(await g.request(team, capped), { code: 'budget_exhausted', message: 'daily quota of profile team exhausted; resets at 00:00 UTC' },
         'a blocked profile is named, not the key');
     });
 
@@ -130,7 +130,7 @@ for (const kind of ['memory', 'redis'] as const) {
       t.equal(outcome(await g.request(team, monthly)), 'fast-only', 'the first request seeds the key\'s month from the store (75 %)');
       await g.spend(monthly, 0.5);
       const refused = (await g.request(team, monthly)) as GatewayError;
-      t.match(refused, { code: 'key_budget_exhausted', message: 'monthly cap of key monthly exhausted; resets at 00:00 UTC on 2025-04-01' });
+      t.match(refused, { code: 'key_budget_exhausted', message: 'monthly quota of key monthly exhausted; resets at 00:00 UTC on 2025-04-01' });
       t.equal(refused.headers['retry-after'], String(11 * 86_400 + 14 * 3600), 'to the month\'s end');
 
       // Another process (fresh counters, the same store): the key's spend comes from the store.
@@ -182,7 +182,7 @@ for (const kind of ['memory', 'redis'] as const) {
       const refused = (await g.request(team, key, 'loop')) as GatewayError;
       t.match(refused, {
         status: 429, code: 'session_budget_exhausted',
-        message: 'daily session cap of profile team (0.5 USD) exhausted for this session; resets at 00:00 UTC',
+        message: 'daily session quota of profile team (0.5 USD) exhausted for this session; resets at 00:00 UTC',
       });
       t.strictSame(refused.headers, { 'x-should-retry': 'false', 'retry-after': String(12 * 3600) });
       t.equal(outcome(await g.request(team, key, 'other')), 'none', 'another session of the same key goes on');

@@ -97,12 +97,12 @@ async function refusal(v: BudgetView, o: { session?: string; sessionCap?: number
 t.test('every refusal says which budget is exhausted and when it resets', async (t) => {
   const normal = standing('profile', 'team', 10, 100, 1, 1);
   const cases: Array<[what: string, v: BudgetView, code: string, message: string, retryAfter: number]> = [
-    ['profile, day', view(standing('profile', 'team', 10, 100, 10, 20), null), 'budget_exhausted', 'daily budget of profile team exhausted; resets at 00:00 UTC', 12 * 3600],
-    ['profile, month', view(standing('profile', 'team', 10, 100, 5, 100), null), 'budget_exhausted', 'monthly budget of profile team exhausted; resets at 00:00 UTC on 2025-04-01', 16 * 86_400 + 12 * 3600],
-    ['profile, day and month: the month', view(standing('profile', 'team', 10, 100, 10, 100), null), 'budget_exhausted', 'monthly budget of profile team exhausted; resets at 00:00 UTC on 2025-04-01', 16 * 86_400 + 12 * 3600],
-    ['key, day', view(normal, standing('key', 'laptop', 1, null, 1, 1)), 'key_budget_exhausted', 'daily cap of key laptop exhausted; resets at 00:00 UTC', 12 * 3600],
-    ['key, month', view(normal, standing('key', 'laptop', null, 5, 0, 5)), 'key_budget_exhausted', 'monthly cap of key laptop exhausted; resets at 00:00 UTC on 2025-04-01', 16 * 86_400 + 12 * 3600],
-    ['profile binding, the key blocked too', view(standing('profile', 'team', 10, 100, 1, 100), standing('key', 'laptop', 1, null, 1, 1), standing('profile', 'team', 10, 100, 1, 100)), 'budget_exhausted', 'monthly budget of profile team exhausted; resets at 00:00 UTC on 2025-04-01', 16 * 86_400 + 12 * 3600],
+    ['profile, day', view(standing('profile', 'team', 10, 100, 10, 20), null), 'budget_exhausted', 'daily quota of profile team exhausted; resets at 00:00 UTC', 12 * 3600],
+    ['profile, month', view(standing('profile', 'team', 10, 100, 5, 100), null), 'budget_exhausted', 'monthly quota of profile team exhausted; resets at 00:00 UTC on 2025-04-01', 16 * 86_400 + 12 * 3600],
+    ['profile, day and month: the month', view(standing('profile', 'team', 10, 100, 10, 100), null), 'budget_exhausted', 'monthly quota of profile team exhausted; resets at 00:00 UTC on 2025-04-01', 16 * 86_400 + 12 * 3600],
+    ['key, day', view(normal, standing('key', 'laptop', 1, null, 1, 1)), 'key_budget_exhausted', 'daily quota of key laptop exhausted; resets at 00:00 UTC', 12 * 3600],
+    ['key, month', view(normal, standing('key', 'laptop', null, 5, 0, 5)), 'key_budget_exhausted', 'monthly quota of key laptop exhausted; resets at 00:00 UTC on 2025-04-01', 16 * 86_400 + 12 * 3600],
+    ['profile binding, the key blocked too', view(standing('profile', 'team', 10, 100, 1, 100), standing('key', 'laptop', 1, null, 1, 1), standing('profile', 'team', 10, 100, 1, 100)), 'budget_exhausted', 'monthly quota of profile team exhausted; resets at 00:00 UTC on 2025-04-01', 16 * 86_400 + 12 * 3600],
   ];
   for (const [what, v, code, message, retryAfter] of cases) {
     const err = await refusal(v);
@@ -114,7 +114,7 @@ t.test('every refusal says which budget is exhausted and when it resets', async 
 t.test('the session cap: refused at its cap, with its reset; below it, or without a session, served', async (t) => {
   const v = view(standing('profile', 'team', 10, 100, 1, 1), null);
   const err = await refusal(v, { session: 's', sessionCap: 0.25, sessionSpent: 250_000 });
-  t.match(err, { status: 429, code: 'session_budget_exhausted', message: 'daily session cap of profile team (0.25 USD) exhausted for this session; resets at 00:00 UTC' });
+  t.match(err, { status: 429, code: 'session_budget_exhausted', message: 'daily session quota of profile team (0.25 USD) exhausted for this session; resets at 00:00 UTC' });
   t.strictSame(err?.headers, { 'x-should-retry': 'false', 'retry-after': String(12 * 3600) });
   t.equal(await refusal(v, { session: 's', sessionCap: 0.25, sessionSpent: 249_999 }), undefined, 'a micro-dollar below the cap: served');
   t.equal(await refusal(v, { sessionCap: 0.25, sessionSpent: 10_000_000 }), undefined, 'no session: not capped by this rule');
