@@ -25,7 +25,8 @@ export interface AnomalyInput {
   /** Today's spend, and the spend and active days of the previous 7 days. */
   endUsers: Array<{ profile: string; end_user: string; today_usd: number; prior_usd: number; prior_days: number }>;
   /** This hour's spend, and the spend and count of the day's earlier hours that spent anything. */
-  sessions: Array<{ profile: string; subject: string; hour_usd: number; earlier_usd: number; earlier_hours: number }>;
+  /** `cap_usd`: the profile's cap per session and day (null: none), which such a session runs into. */
+  sessions: Array<{ profile: string; subject: string; hour_usd: number; earlier_usd: number; earlier_hours: number; cap_usd: number | null }>;
   profilesLastHour: Array<{ profile: string; requests: number; errors: number; rate_limited: number }>;
   providers: Array<{ provider: string; requests_last_hour: number; p95_last_hour: number | null; p95_7d: number | null }>;
   costly: Array<{ id: string; profile: string; tier: string; cost_usd: number; tier_mean_usd: number; tier_requests: number }>;
@@ -36,6 +37,13 @@ export interface AnomalyInput {
 
 const usd = (v: number) => `$${v.toFixed(v >= 1 ? 2 : 4)}`;
 const round = (v: number, d = 2) => Math.round(v * 10 ** d) / 10 ** d;
+
+/** What stops such a session: its profile's session cap and how far today's spend is into it, or that there is none. */
+function capNote(s: AnomalyInput['sessions'][number]): string {
+  const today = s.hour_usd + s.earlier_usd;
+  if (s.cap_usd === null) return `profile ${s.profile} sets no session cap (session_daily_usd stops such a session alone)`;
+  return `${usd(today)} today of the ${usd(s.cap_usd)} session cap of profile ${s.profile} (${round((100 * today) / s.cap_usd, 1)} %)`;
+}
 
 export function anomalies(i: AnomalyInput): Anomaly[] {
   const out: Anomaly[] = [];
@@ -54,7 +62,7 @@ export function anomalies(i: AnomalyInput): Anomaly[] {
     const ratio = s.hour_usd / usual;
     if (ratio >= RULES.sessionRatio) {
       out.push({ kind: 'session_spend', subject: s.subject, profile: s.profile, value: round(ratio), threshold: RULES.sessionRatio,
-        reason: `session spent ${usd(s.hour_usd)} this hour, ${round(ratio, 1)}× its hourly mean of ${usd(usual)} earlier today` });
+        reason: `session spent ${usd(s.hour_usd)} this hour, ${round(ratio, 1)}× its hourly mean of ${usd(usual)} earlier today; ${capNote(s)}` });
     }
   }
   for (const p of i.profilesLastHour) {

@@ -80,7 +80,7 @@ export function spendSection(s: Summary, now: number): Html {
     ? empty('No profiles configured.')
     : html`<div class="profiles">${profiles.map((p) => profileCard(p, now))}</div><p class="note">All profiles: ${usd(s.spend.total_day_usd)} today · ${usd(s.spend.total_month_usd)} this month.</p>`;
   const capped = profiles.some((p) => p.session_cap_usd !== null);
-  return html`${body}${sub('Keys with caps of their own', keysTable(s.spend.keys, now))}${sub('Sessions stopped today (at their cap; refused until 00:00 UTC)', stoppedTable(s.spend.sessions_stopped, capped, now))}`;
+  return html`${body}${sub('Keys with caps of their own', keysTable(s.spend.keys, now))}${html`<div id="sessions-stopped">${sub('Sessions stopped today (at their cap; refused until 00:00 UTC)', stoppedTable(s.spend.sessions_stopped, capped, now))}</div>`}`;
 }
 
 const times = (v: number) => `${figure(v)}×`;
@@ -103,7 +103,8 @@ export function anomaliesSection(anomalies: readonly Anomaly[]): Html {
     { label: 'what', key: true, cell: (a) => html`${KINDS[a.kind][0]}: <span class="mono">${a.subject}</span>` },
     { label: 'profile', cell: (a) => a.profile ?? '–' },
     { label: 'measured', cell: (a) => html`<b>${KINDS[a.kind][1](a.value)}</b> <span class="muted">over ${KINDS[a.kind][1](a.threshold)}</span>` },
-    { label: 'why', wide: true, cell: (a) => a.reason },
+    // A session spending fast runs into its profile's session cap: the sessions it stopped are listed in the spend section.
+    { label: 'why', wide: true, cell: (a) => (a.kind === 'session_spend' ? html`${a.reason} · <a href="#sessions-stopped">sessions stopped today</a>` : a.reason) },
   ], { empty: 'Nothing to look at.', id: (a) => `${a.kind}:${a.subject}` });
   return body;
 }

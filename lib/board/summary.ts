@@ -138,7 +138,7 @@ async function anomaliesSection(d: SummaryDeps, r: SummaryReads, w: SummaryWindo
     }),
     sessions: (await r.spendingSessions).map(({ key, ...spent }) => {
       const [profile, session, endUser] = key.split(SEP);
-      return { profile, subject: session || endUser, ...spent };
+      return { profile, subject: session || endUser, ...spent, cap_usd: d.config.profiles.get(profile)?.session_daily_usd ?? null };
     }),
     profilesLastHour: hour.keys('profile').map((profile) => ({
       profile, requests: Math.round(hour.sum('profile', profile, 'requests')), errors: Math.round(hour.sum('profile', profile, 'errors')),

@@ -19,7 +19,7 @@ t.test('each anomaly rule fires above its threshold and stays quiet below', asyn
   t.strictSame(anomalies(none), []);
   const fire: AnomalyInput = {
     endUsers: [{ profile: 'dev', end_user: 'alice', today_usd: 1, prior_usd: 0.3, prior_days: 3 }, { profile: 'dev', end_user: 'bob', today_usd: 1, prior_usd: 1, prior_days: 1 }],
-    sessions: [{ profile: 'dev', subject: 's1', hour_usd: 1, earlier_usd: 0.2, earlier_hours: 2 }, { profile: 'dev', subject: 's2', hour_usd: 0.3, earlier_usd: 0.2, earlier_hours: 2 }],
+    sessions: [{ profile: 'dev', subject: 's1', hour_usd: 1, earlier_usd: 0.2, earlier_hours: 2, cap_usd: null }, { profile: 'dev', subject: 's2', hour_usd: 0.3, earlier_usd: 0.2, earlier_hours: 2, cap_usd: null }],
     profilesLastHour: [{ profile: 'dev', requests: 40, errors: 12, rate_limited: 10 }, { profile: 'car', requests: 100, errors: 12, rate_limited: 9 }],
     providers: [{ provider: 'Google', requests_last_hour: 10, p95_last_hour: 3000, p95_7d: 900 }, { provider: 'OpenAI', requests_last_hour: 10, p95_last_hour: 300, p95_7d: 100 }, { provider: 'X', requests_last_hour: 9, p95_last_hour: 9000, p95_7d: 100 }],
     costly: [{ id: 'r1', profile: 'dev', tier: 'agent', cost_usd: 0.5, tier_mean_usd: 0.02, tier_requests: 20 }, { id: 'r2', profile: 'dev', tier: 'fast', cost_usd: 0.04, tier_mean_usd: 0.001, tier_requests: 50 }],
@@ -33,6 +33,9 @@ t.test('each anomaly rule fires above its threshold and stays quiet below', asyn
     'costly_request:r1', 'auth_failure_burst:192.0.2.1', 'drift:dev', 'budget_on_course:dev',
   ]);
   t.match(got[0], { value: 10, threshold: RULES.endUserRatio, reason: /10× its daily mean/ });
+  t.match(got[1], { reason: /; profile dev sets no session cap \(session_daily_usd stops such a session alone\)$/ }, 'a session anomaly names what would stop it');
+  const capped = anomalies({ ...none, sessions: [{ profile: 'dev', subject: 's1', hour_usd: 1, earlier_usd: 0.2, earlier_hours: 2, cap_usd: 2 }] });
+  t.match(capped[0], { reason: /; \$1\.20 today of the \$2\.00 session cap of profile dev \(60 %\)$/ }, 'and how far into its cap it is');
   t.match(got[2], { value: 30, threshold: 20, reason: /12 of 40 requests failed/ });
   t.match(got[7], { value: -0.2, reason: /differ by -\$0\.2000/ });
   t.match(got[8], { reason: /runs out at 20:00 UTC, 4 h before its reset/ });
