@@ -162,7 +162,7 @@ t.test("a session against its profile's session cap", async (t) => {
   t.equal(spent.body.stage, 'none', "the key's and profile's stage are not the session's");
   const refused = await messages(h, dev.key, {}, { 'x-claude-code-session-id': 'loop-1' });
   t.equal(refused.status, 429);
-  t.match(await refused.json(), { type: 'error', error: { type: 'rate_limit_error', message: /session cap/ } });
+  t.match(await refused.json(), { type: 'error', error: { type: 'rate_limit_error', message: /session quota/ } });
   t.strictSame(budgetHeaders(refused), ['none', refused.headers.get('x-sluice-budget-used'), 'profile', DAY_END], "a session's refusal carries the profile's standing, which the session cap leaves as it is");
   t.match((await budgetOf(h, dev.key, { 'x-sluice-session': 'other' })).body.session, { spent_usd: 0, blocked: false }, 'another session of the key: untouched');
 });
