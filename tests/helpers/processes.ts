@@ -14,6 +14,7 @@ import { setTimeout as pause } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import type { Test } from 'tap';
 import { createKey } from './keys.ts';
+import { collectLogLines, type LogLine } from './log-lines.ts';
 import type { Config } from '../../lib/config.ts';
 import type { SimulatedRouter } from '../../lib/sim/index.ts';
 import { openStore } from '../../lib/store/open.ts';
@@ -48,7 +49,7 @@ export async function runProgram(command: string, args: string[], o: { cwd: stri
 }
 const REDIS = { host: '127.0.0.1', port: 6379 };
 
-export type LogLine = Record<string, any>;
+export type { LogLine };
 
 export interface Health {
   status: 'ok' | 'degraded';
@@ -195,22 +196,7 @@ function watch(child: ChildProcess, dataDir: string): GatewayProcess {
   const lines: LogLine[] = [];
   const events = new EventEmitter();
   let stderr = '';
-  let rest = '';
-  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
-    const parts = (rest + chunk).split('\n');
-    rest = parts.pop()!;
-    for (const raw of parts) {
-      if (!raw.trim()) continue;
-      let line: LogLine;
-      try {
-        line = JSON.parse(raw);
-      } catch {
-        line = { raw };
-      }
-      lines.push(line);
-      events.emit('line');
-    }
-  });
+  collectLogLines(child.stdout!, lines, () => events.emit('line'));
   child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
     child.once('close', (code: number | null, signal: NodeJS.Signals | null) => {

@@ -21,6 +21,7 @@ import { EventEmitter, once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { collectLogLines, type LogLine } from './log-lines.ts';
 
 const HOLD = `
 import json, os, select, socket, sys
@@ -60,7 +61,7 @@ if fds[0] != 3:
 os.execve(sys.argv[3], sys.argv[3:], dict(os.environ, LISTEN_FDS='1', LISTEN_PID=str(os.getpid())))
 `;
 
-export type LogLine = Record<string, any>;
+export type { LogLine };
 
 export interface Exit {
   code: number | null;
@@ -117,23 +118,8 @@ function watchGeneration(child: ChildProcess, name: string, readyMsg: string): G
   const events = new EventEmitter();
   events.setMaxListeners(0);
   let stderr = '';
-  let rest = '';
   let ended = false;
-  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
-    const parts = (rest + chunk).split('\n');
-    rest = parts.pop()!;
-    for (const raw of parts) {
-      if (!raw.trim()) continue;
-      let line: LogLine;
-      try {
-        line = JSON.parse(raw);
-      } catch {
-        line = { raw };
-      }
-      lines.push(line);
-    }
-    events.emit('line');
-  });
+  collectLogLines(child.stdout!, lines, () => events.emit('line'));
   child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr = (stderr + chunk).slice(-65536)));
   // 'close': stdout has been read to its end, so a line written just before the exit is seen.
   const exited = new Promise<Exit>((resolve) => {
