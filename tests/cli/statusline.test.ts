@@ -12,23 +12,13 @@ import { insertKey, prepareKey } from '../../cli/keys.ts';
 import { shellQuote, STATUSLINE_SCRIPT, statuslineSetting } from '../../cli/setup.ts';
 import { spentRow } from '../helpers/budget-caps.ts';
 import { startHarness, type Harness } from '../helpers/gateway.ts';
+import { teamProfiles } from '../helpers/budget-caps.ts';
 import { runCli } from '../helpers/processes.ts';
 
 const NOW = Date.parse('2026-03-10T12:00:00.000Z');
-const PROFILES = `  team:
-    default_tier: agent
-    router: sim
-    budget: { daily_usd: 10, monthly_usd: 100 }
-  looped:
-    default_tier: fast
-    router: sim
-    budget: { daily_usd: 10, monthly_usd: 100 }
-    session_daily_usd: 2
-`;
-const ENV = {
-  SLUICE_UPSTREAM_KEY_TEAM: 'sk-or-v1-teamteamteamteamteamteamteamteamteamteamteamteamteamteam00',
-  SLUICE_UPSTREAM_KEY_LOOPED: 'sk-or-v1-loopedloopedloopedloopedloopedloopedloopedloopedlooped',
-};
+const TEAM = teamProfiles(2);
+const PROFILES = TEAM.yaml;
+const ENV = TEAM.env;
 /** What Claude Code pipes to a status line command (a subset of its fields; the script reads session_id). */
 const CC_INPUT = (session: string) => JSON.stringify({ session_id: session, cwd: '/tmp', model: { id: 'claude-sonnet-4-5', display_name: 'Sonnet' }, workspace: { current_dir: '/tmp' }, cost: { total_cost_usd: 0.1 } });
 

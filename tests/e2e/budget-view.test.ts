@@ -11,7 +11,7 @@ import { insertKey, prepareKey } from '../../cli/keys.ts';
 import type { BudgetReport } from '../../lib/budget-report.ts';
 import { MemoryCounters } from '../../lib/counters/memory.ts';
 import type { KeyRow } from '../../lib/store/store.ts';
-import { spentRow } from '../helpers/budget-caps.ts';
+import { spentRow, teamProfiles } from '../helpers/budget-caps.ts';
 import { startHarness, type Harness } from '../helpers/gateway.ts';
 
 const NOW = Date.parse('2026-03-10T12:00:00.000Z');
@@ -19,16 +19,8 @@ const DAY_END = '2026-03-11T00:00:00.000Z';
 const MONTH_END = '2026-04-01T00:00:00.000Z';
 const HEADERS = ['x-sluice-budget-stage', 'x-sluice-budget-used', 'x-sluice-budget-scope', 'x-sluice-budget-reset'];
 
-const PROFILES = `  team:
-    default_tier: agent
-    router: sim
-    budget: { daily_usd: 10, monthly_usd: 100 }
-  looped:
-    default_tier: fast
-    router: sim
-    budget: { daily_usd: 10, monthly_usd: 100 }
-    session_daily_usd: 0.00001
-  hushed:
+const TEAM = teamProfiles(0.00001);
+const PROFILES = `${TEAM.yaml}  hushed:
     default_tier: fast
     router: sim
     budget: { daily_usd: 10, monthly_usd: 100 }
@@ -40,8 +32,7 @@ const PROFILES = `  team:
     rate_limits: { per_key_per_minute: 2, per_user_per_minute: 2 }
 `;
 const ENV = {
-  SLUICE_UPSTREAM_KEY_TEAM: 'sk-or-v1-teamteamteamteamteamteamteamteamteamteamteamteamteamteam00',
-  SLUICE_UPSTREAM_KEY_LOOPED: 'sk-or-v1-loopedloopedloopedloopedloopedloopedloopedloopedlooped',
+  ...TEAM.env,
   SLUICE_UPSTREAM_KEY_HUSHED: 'sk-or-v1-hushedhushedhushedhushedhushedhushedhushedhushedhushed',
   SLUICE_UPSTREAM_KEY_SLOW: 'sk-or-v1-slowslowslowslowslowslowslowslowslowslowslowslowslowslow00',
 };

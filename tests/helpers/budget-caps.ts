@@ -43,3 +43,26 @@ export function spentRow(key: KeyRow, usd: number, at: number, session: string |
     overhead_ms: 0.1, tools: [],
   };
 }
+
+/**
+ * profiles.yaml text (under `profiles:`) of a shared profile `team` and a profile `looped` whose
+ * sessions are capped at `sessionCapUsd` a day, and the variables of their upstream keys.
+ */
+export function teamProfiles(sessionCapUsd: number): { yaml: string; env: Record<string, string> } {
+  return {
+    yaml: `  team:
+    default_tier: agent
+    router: sim
+    budget: { daily_usd: 10, monthly_usd: 100 }
+  looped:
+    default_tier: fast
+    router: sim
+    budget: { daily_usd: 10, monthly_usd: 100 }
+    session_daily_usd: ${sessionCapUsd}
+`,
+    env: {
+      SLUICE_UPSTREAM_KEY_TEAM: 'sk-or-v1-teamteamteamteamteamteamteamteamteamteamteamteamteamteam00',
+      SLUICE_UPSTREAM_KEY_LOOPED: 'sk-or-v1-loopedloopedloopedloopedloopedloopedloopedloopedlooped',
+    },
+  };
+}
