@@ -216,7 +216,15 @@ export class Budget {
     if (last !== undefined && last.profile === profile && last.day === day && last.month === month && last.dayEnd === w.dayEnd) return last.view;
     const standing = standingOf('profile', profile.name, profile.budget.daily_usd, profile.budget.monthly_usd, day, month, w);
     const view: BudgetView = { stage: standing.stage, percent: standing.percent, binding: standing, profile: standing, key: null };
-    this.views.set(profile.name, { profile, day, month, dayEnd: w.dayEnd, view });
+    // The entry is updated in place: under load the spend changes with every response.
+    if (last === undefined) this.views.set(profile.name, { profile, day, month, dayEnd: w.dayEnd, view });
+    else {
+      last.profile = profile;
+      last.day = day;
+      last.month = month;
+      last.dayEnd = w.dayEnd;
+      last.view = view;
+    }
     return view;
   }
 
