@@ -97,12 +97,9 @@ export function createHandler(opts: HandlerOptions) {
   let inFlight = 0;
   let xffNoted = false;
   let idle: (() => void) | undefined;
-  /** Responses being answered, so a drain can reach those whose head is not written yet. */
-  const open = new Set<ServerResponse>();
   let draining = false;
   // One listener function for every response, not a closure per request.
-  function onResponseClose(this: ServerResponse): void {
-    open.delete(this);
+  function onResponseClose(): void {
     if (--inFlight === 0) idle?.();
   }
 
@@ -191,7 +188,6 @@ export function createHandler(opts: HandlerOptions) {
     /** The node:http request listener. */
     listener(req: IncomingMessage, res: ServerResponse): void {
       inFlight++;
-      open.add(res);
       res.on('close', onResponseClose);
       if (draining) res.setHeader('connection', 'close');
       const where = new Where(req, routes);
@@ -202,13 +198,12 @@ export function createHandler(opts: HandlerOptions) {
       return inFlight;
     },
     /**
-     * The drain begins: every response whose head is still to be written says `connection: close`
-     * (Node then closes its connection once it is sent), so a client or front proxy never sends
-     * another request on a connection this process is about to close.
+     * The drain begins: every request from now on is answered with `connection: close` (Node then
+     * closes its connection once the response is sent). Those already being answered are told by
+     * the server (lib/server.ts, closeAfterResponse), which knows the connections.
      */
     drain(): void {
       draining = true;
-      for (const res of open) if (!res.headersSent) res.setHeader('connection', 'close');
     },
     /** Resolves once no request is in flight (at once if none is). */
     idle(): Promise<void> {

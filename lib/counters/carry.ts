@@ -1,17 +1,23 @@
 // Carrying the embedded counters (MemoryCounters) across a restart and an overlapping upgrade,
-// through one file in the data directory, `counters.json`: a CountersSnapshot written whole
+// through one file, `carry/counters.json` in the data directory: a CountersSnapshot written whole
 // (a temporary file, then a rename) by a process when its drain begins and once more when it exits.
-// A process starting reads it before it takes traffic; from then on it watches the directory and
+// A process starting reads it before it takes traffic; from then on it watches that folder and
 // merges each newer snapshot another process writes. It owns the bases of those merges: what
 // each writer's counts already held here, so no point is added twice (see MemoryCounters.absorb).
 // Nothing here throws into the process: a missing file is normal, a bad one or a failing watcher
 // is logged (once) and ignored, a failed write is logged.
 
-import { closeSync, fsyncSync, openSync, readFileSync, renameSync, rmSync, watch as fsWatch, writeSync } from 'node:fs';
+import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, watch as fsWatch, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { CountersSnapshot, MemoryCounters } from './memory.ts';
 
+/**
+ * The folder of the file, in the data directory. A folder of its own because a watcher sees every
+ * change in its folder: watching the data directory itself woke the event loop for each write of
+ * SQLite's WAL (2 KB chat, bench: CPU per request 1.81× → 2.2× the proxy core's).
+ */
+export const CARRY_DIR = 'carry';
 export const CARRY_FILE = 'counters.json';
 
 /** What `watch` needs of a directory watcher (node:fs `watch` by default). */
@@ -71,8 +77,8 @@ export class CounterCarry {
    */
   constructor(opts: { counters: MemoryCounters; dataDir: string; log: Logger; pid?: number; watch?: WatchDir }) {
     this.counters = opts.counters;
-    this.dir = opts.dataDir;
-    this.file = join(opts.dataDir, CARRY_FILE);
+    this.dir = join(opts.dataDir, CARRY_DIR);
+    this.file = join(this.dir, CARRY_FILE);
     this.log = opts.log;
     this.pid = opts.pid ?? process.pid;
     this.watchDir = opts.watch ?? watchDir;
@@ -95,6 +101,7 @@ export class CounterCarry {
   watch(): void {
     if (this.watcher) return;
     try {
+      mkdirSync(this.dir, { recursive: true, mode: 0o700 });
       this.watcher = this.watchDir(this.dir, (filename) => {
         if (filename !== null && filename !== CARRY_FILE) return;
         try {
@@ -131,6 +138,7 @@ export class CounterCarry {
       const snap = this.counters.snapshot();
       snap.pid = this.pid;
       snap.seq = this.seq = this.seq + 1;
+      mkdirSync(this.dir, { recursive: true, mode: 0o700 });
       rmSync(tmp, { force: true });
       const fd = openSync(tmp, 'wx', 0o600);
       try {

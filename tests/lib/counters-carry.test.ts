@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import t, { type Test } from 'tap';
 import { Admission, AUTH_FAILURE_LIMIT, AUTH_FAILURE_WINDOW_S, type Verdicts } from '../../lib/admission.ts';
-import { CARRY_FILE, CounterCarry, parseSnapshot, type WatchDir } from '../../lib/counters/carry.ts';
+import { CARRY_DIR, CARRY_FILE, CounterCarry, parseSnapshot, type WatchDir } from '../../lib/counters/carry.ts';
 import { MemoryCounters, type CountersSnapshot } from '../../lib/counters/memory.ts';
 import { createLogger } from '../../lib/log.ts';
 
@@ -180,7 +180,7 @@ t.test('an overlapping upgrade: P0\'s file, P1 and P2 both loaded it, P2 merges 
   p2.carry.write(); // P2's own file: never merged into itself
   p2.carry.poll();
   t.equal(await p2.keyCount(), 24);
-  t.equal(JSON.parse(readFileSync(join(dir, CARRY_FILE), 'utf8')).seq, 4, 'and so did P2 (above P1\'s 3)');
+  t.equal(JSON.parse(readFileSync(join(dir, CARRY_DIR, CARRY_FILE), 'utf8')).seq, 4, 'and so did P2 (above P1\'s 3)');
 });
 
 t.test('entries: spend adds only its growth and never falls; a text entry never overwrites one held', async (t) => {
@@ -232,7 +232,7 @@ t.test('a missing file is normal; a malformed or unreadable one is warned about 
   none.carry.poll();
   t.strictSame(none.lines.map((l) => [l.level, l.msg]), [[30, 'no counters carried over from a previous process']]);
 
-  const dir = t.testdir({ [CARRY_FILE]: '{"v":1,"pid":1001,' });
+  const dir = t.testdir({ [CARRY_DIR]: { [CARRY_FILE]: '{"v":1,"pid":1001,' } });
   const bad = proc(t, dir, 1002, c);
   bad.carry.load();
   bad.carry.poll();
@@ -242,7 +242,7 @@ t.test('a missing file is normal; a malformed or unreadable one is warned about 
   t.equal(warns[0]!.msg, 'the carried counters are malformed: ignored');
   t.strictSame(bad.counters.snapshot().windows, []);
 
-  const unreadable = proc(t, t.testdir({ [CARRY_FILE]: {} }), 1002, c); // a directory by that name
+  const unreadable = proc(t, t.testdir({ [CARRY_DIR]: { [CARRY_FILE]: {} } }), 1002, c); // a directory by that name
   unreadable.carry.load();
   t.strictSame(unreadable.lines.filter((l) => l.level === 40).map((l) => [l.msg, l.err.code]), [['the carried counters could not be read: ignored', 'EISDIR']]);
 
@@ -256,29 +256,29 @@ t.test('a missing file is normal; a malformed or unreadable one is warned about 
 });
 
 t.test('the file is written whole: a rename of a 0600 temporary file, none left behind; a failure is logged', async (t) => {
-  const dir = t.testdir({ [`${CARRY_FILE}.1001.tmp`]: 'left by a crash' });
+  const dir = t.testdir({ [CARRY_DIR]: { [`${CARRY_FILE}.1001.tmp`]: 'left by a crash' }, 'a-file': 'not a directory' });
   const c = clock();
   const a = proc(t, dir, 1001, c);
   a.admit();
   a.carry.write();
   a.carry.write();
-  t.strictSame(readdirSync(dir), [CARRY_FILE], 'no temporary file left');
-  t.equal(statSync(join(dir, CARRY_FILE)).mode & 0o777, 0o600);
-  const snap = JSON.parse(readFileSync(join(dir, CARRY_FILE), 'utf8'));
+  t.strictSame(readdirSync(join(dir, CARRY_DIR)), [CARRY_FILE], 'no temporary file left');
+  t.equal(statSync(join(dir, CARRY_DIR, CARRY_FILE)).mode & 0o777, 0o600);
+  const snap = JSON.parse(readFileSync(join(dir, CARRY_DIR, CARRY_FILE), 'utf8'));
   t.strictSame([snap.pid, snap.seq, snap.windows.length], [1001, 2, 1]);
 
-  const gone = proc(t, join(dir, 'missing'), 1001, c);
+  const gone = proc(t, join(dir, 'a-file'), 1001, c); // a data directory that cannot hold the folder
   t.doesNotThrow(() => gone.carry.write());
   t.strictSame(gone.lines.map((l) => [l.level, l.msg]), [[50, 'the counters could not be written for the next process']]);
 });
 
-t.test('watch: merges on the directory\'s events for the file, ignores other names, logs a failing watcher once', async (t) => {
-  const dir = t.testdir();
+t.test('watch: merges on the carry folder\'s events for the file, ignores other names, logs a failing watcher once', async (t) => {
+  const dir = t.testdir({ 'a-file': 'not a directory' });
   const c = clock();
   const watcher = Object.assign(new EventEmitter(), { closed: 0, close() { this.closed++; } });
   let onChange!: (filename: string | null) => void;
   const p1 = proc(t, dir, 1001, c);
-  const p2 = proc(t, dir, 1002, c, { watch: (d, fn) => { t.equal(d, dir); onChange = fn; return watcher; } });
+  const p2 = proc(t, dir, 1002, c, { watch: (d, fn) => { t.equal(d, join(dir, CARRY_DIR), 'its own folder, not the data directory SQLite writes in'); onChange = fn; return watcher; } });
   p2.carry.watch();
   p2.carry.watch(); // once is enough
   p1.admit();
@@ -298,8 +298,8 @@ t.test('watch: merges on the directory\'s events for the file, ignores other nam
   p2.carry.close();
   t.equal(watcher.closed, 1);
 
-  const missing = proc(t, join(dir, 'missing'), 1003, c);
-  t.doesNotThrow(() => missing.carry.watch(), 'the real watcher on a missing directory');
+  const missing = proc(t, join(dir, 'a-file'), 1003, c);
+  t.doesNotThrow(() => missing.carry.watch(), 'a folder that cannot be made');
   t.equal(missing.lines.filter((l) => l.level === 40).length, 1);
 });
 
