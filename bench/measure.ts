@@ -53,7 +53,7 @@ function jobFor(t: Target, s: Scenario): Pick<LoadJob, 'origin' | 'path' | 'head
   return {
     origin: t.server.origin,
     path: t.prefix + routePath(s),
-    headers: { ...s.headers, authorization: `Bearer ${t.auth}` },
+    headers: { ...s.headers, ...t.headers, authorization: `Bearer ${t.auth}` },
     body: t.sluice ? s.sluiceBody : s.upstreamBody,
   };
 }

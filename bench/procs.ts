@@ -60,7 +60,8 @@ export interface Sluice extends Proc {
 }
 
 /** A config directory with one profile, `benchmark`, whose limits never bind, and the example tiers. */
-export function benchConfig(routerUrl: string, defaultTier: string): string {
+/** `sessionDailyUsd`: the profile also caps each session per day (never reached either). */
+export function benchConfig(routerUrl: string, defaultTier: string, sessionDailyUsd?: number): string {
   const dir = tempDir('config');
   writeFileSync(join(dir, 'profiles.yaml'), `# written by the benchmark: one profile whose limits never bind
 routers:
@@ -72,7 +73,7 @@ profiles:
     router: sim
     budget: { daily_usd: 1000000000, monthly_usd: 10000000000 }
     rate_limits: { per_key_per_minute: 100000000, per_user_per_minute: 100000000 }
-`);
+${sessionDailyUsd === undefined ? '' : `    session_daily_usd: ${sessionDailyUsd}\n`}`);
   copyFileSync(join(ROOT, 'config/tiers.yaml'), join(dir, 'tiers.yaml'));
   return dir;
 }

@@ -1,4 +1,4 @@
-// `npm run bench [-- --store sqlite|postgres|both] [--warmup S] [--trace]`: the same load against the simulated
+// `npm run bench [-- --store sqlite|postgres|both] [--warmup S] [--trace] [--caps]`: the same load against the simulated
 // router directly, three minimal proxies (bench/floor-proxy.ts: node:http + http.request, the floor
 // the targets are judged against; bench/floor-undici.ts: node:http + undici Pool.stream;
 // bench/floor-hp3.ts: the proxy core alone, http-proxy-3 as sluice drives it) and the real
@@ -6,7 +6,8 @@
 // another (bench/load.ts). Prints Markdown tables with the targets met, ready for docs/benchmarks.md.
 // Every process it starts is killed and every temporary directory and database removed, on error too.
 // The parts: settings.ts (options), servers.ts (processes and cleanup), measure.ts (slices and
-// figures), report.ts (tables and verdicts), trace-report.ts (`--trace`: traced against untraced).
+// figures), report.ts (tables and verdicts), trace-report.ts (`--trace`: traced against untraced),
+// caps-report.ts (`--caps`: a capped key and session against none).
 
 import type { LoadJob, LoadResult } from './load.ts';
 import { measureScenario, peakRssMiB, type LoadClient, type Measure } from './measure.ts';
@@ -14,7 +15,8 @@ import { Loader } from './procs.ts';
 import { mark, report, TARGETS } from './report.ts';
 import { scenarios } from './scenarios.ts';
 import { cleanup, FLOOR_ELD_FILE, startFloor, startFloorHp3, startFloorUndici, startOtlpSink, startSim, startSluice, stop, wasInterrupted, type Target } from './servers.ts';
-import { LATENCY_RATES, log, ONLY, parseStores, PIN, SECONDS, TRACE, UPSTREAM_KEY, WARMUP_SECONDS } from './settings.ts';
+import { capsReport } from './caps-report.ts';
+import { CAPS, LATENCY_RATES, log, ONLY, parseStores, PIN, SECONDS, TRACE, UPSTREAM_KEY, WARMUP_SECONDS } from './settings.ts';
 import { traceReport } from './trace-report.ts';
 
 async function main(): Promise<number> {
@@ -23,7 +25,7 @@ async function main(): Promise<number> {
   const stores = parseStores();
   const list = scenarios().filter((s) => !ONLY || ONLY.includes(s.name));
   if (list.length === 0) throw new Error(`--only names no scenario; there are ${scenarios().map((s) => s.name).join(', ')}`);
-  const total = list.length * (4 + stores.length + (TRACE ? 1 : 0)) * (WARMUP_SECONDS + (1 + LATENCY_RATES.length) * SECONDS);
+  const total = list.length * (4 + stores.length + (TRACE ? 1 : 0) + (CAPS ? 1 : 0)) * (WARMUP_SECONDS + (1 + LATENCY_RATES.length) * SECONDS);
   log(`stores: ${stores.join(', ')}${PIN ? '; pinned: the measured server alone on the last CPU' : ''}; about ${Math.round(total + 10)} s`);
 
   const sim = await startSim();
@@ -38,11 +40,13 @@ async function main(): Promise<number> {
   for (const store of stores) sluices.push(await startSluice(sim, store));
   // --trace: the first store's sluice once more, traces on, exporting to a local sink.
   const sink = TRACE ? await startOtlpSink() : undefined;
-  const traced = sink ? await startSluice(sim, stores[0]!, sink) : undefined;
+  const traced = sink ? await startSluice(sim, stores[0]!, { traceTo: sink }) : undefined;
+  // --caps: the first store's sluice once more, its key and sessions capped.
+  const capped = CAPS ? await startSluice(sim, stores[0]!, { caps: true }) : undefined;
   const load: LoadClient = new Loader<Omit<LoadJob, 'id'>, LoadResult>('bench/load.ts');
   await load.ready;
 
-  const targets = [simT, floorT, floorUT, floorHT, ...sluices, ...(traced ? [traced] : [])];
+  const targets = [simT, floorT, floorUT, floorHT, ...sluices, ...(traced ? [traced] : []), ...(capped ? [capped] : [])];
   const results = new Map<string, Map<string, Measure>>();
   for (const s of list) results.set(s.name, await measureScenario(load, sim, targets, s));
   const loadRss = peakRssMiB(load.pid);
@@ -54,6 +58,7 @@ async function main(): Promise<number> {
   // The traced sluice flushes its last spans as it stops; the sink is read after.
   const tracedRows = traced ? await traced.stopAndCount!() : undefined;
   const sunk = sink ? await sink.count() : undefined;
+  const cappedRows = capped ? await capped.stopAndCount!() : undefined;
   if (sink) await stop(sink);
   await stop(floor);
   await stop(floorUndici);
@@ -86,6 +91,11 @@ async function main(): Promise<number> {
     out.push(text);
     if (!ok) correct = false;
   }
+  if (capped) {
+    const { text, ok } = capsReport(list, results, sluices[0]!, capped, cappedRows!);
+    out.push(text);
+    if (!ok) correct = false;
+  }
   process.stdout.write(`\n${out.join('\n\n')}\n\n${allOk ? '✓' : '✗'} targets met: ${summary.join('; ')}\n`);
   // Missed performance targets are a finding; wrong answers or lost rows are a failure.
   return correct ? 0 : 1;
@@ -100,6 +110,8 @@ const USAGE = `npm run bench -- [options]     (docs/benchmarks.md says what each
   --pin                          the measured server alone on the last CPU
   --trace                        one more sluice with traces on (ratio 1, to a local OTLP sink):
                                  CPU per request traced against untraced, same run
+  --caps                         one more sluice with a capped key and session caps (never reached):
+                                 CPU per request against the uncapped one, same run
   --streams [--quick]            1,000 slow streams, the stall-free search, a burst, slow readers
   --soak MINUTES                 mixed traffic for MINUTES (BENCH_SOAK_RATE req/s, default 50)
 Environment: BENCH_SECONDS (5), BENCH_ROUNDS (5), BENCH_PG_URL, BENCH_REDIS_URL.

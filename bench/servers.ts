@@ -104,6 +104,8 @@ export interface Target {
   peakRss?: number;
   /** Where bench/eld-probe.ts writes the event-loop delays (sluice only). */
   eldFile?: string;
+  /** Headers its requests carry beyond the scenario's (the capped sluice's session). */
+  headers?: Record<string, string>;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -160,8 +162,8 @@ function sluiceEnv(dataDir: string, databaseUrl?: string): NodeJS.ProcessEnv {
 }
 
 
-async function createKey(configDir: string, env: NodeJS.ProcessEnv): Promise<string> {
-  const { proc, output } = start(['cli/sluice.ts', 'keys', 'create', '--profile', 'benchmark', '--name', 'bench', '--config', configDir], env);
+async function createKey(configDir: string, env: NodeJS.ProcessEnv, caps: string[] = []): Promise<string> {
+  const { proc, output } = start(['cli/sluice.ts', 'keys', 'create', '--profile', 'benchmark', '--name', 'bench', '--config', configDir, ...caps], env);
   let out = '';
   proc.stdout!.on('data', (c: Buffer) => (out += c.toString()));
   const [code] = await once(proc, 'exit');
@@ -234,9 +236,14 @@ export async function startOtlpSink(): Promise<Server & { count(): Promise<{ exp
   return { name: 'otlp-sink', proc, pid: proc.pid!, origin, output, count: async () => (await fetch(`${origin}/count`)).json() as Promise<{ exports: number; bytes: number }> };
 }
 
-/** sluice on `store`; with `traceTo`, its traces on at ratio 1, exported over OTLP http/protobuf to that sink. */
-export async function startSluice(sim: Server, store: StoreKind, traceTo?: Server): Promise<Target> {
-  const configDir = benchConfig(sim.origin, 'agent');
+/**
+ * sluice on `store`; with `traceTo`, its traces on at ratio 1, exported over OTLP http/protobuf to
+ * that sink; with `caps`, its key capped per day and month and its profile capping each session
+ * (caps never reached: every request counts and reads the key's and the session's spend too).
+ */
+export async function startSluice(sim: Server, store: StoreKind, o: { traceTo?: Server; caps?: boolean } = {}): Promise<Target> {
+  const { traceTo, caps } = o;
+  const configDir = benchConfig(sim.origin, 'agent', caps ? 1_000_000 : undefined);
   const dataDir = tempDir(`data-${store}`);
   let databaseUrl: string | undefined;
   if (store === 'postgres') {
@@ -249,9 +256,9 @@ export async function startSluice(sim: Server, store: StoreKind, traceTo?: Serve
     await guardRedisSpend();
   }
   const env = sluiceEnv(dataDir, databaseUrl);
-  const key = await createKey(configDir, env);
+  const key = await createKey(configDir, env, caps ? ['--daily-usd', '1000000', '--monthly-usd', '10000000'] : []);
   const port = await freePort();
-  const name = `sluice-${store}${traceTo ? '-traced' : ''}`;
+  const name = `sluice-${store}${traceTo ? '-traced' : ''}${caps ? '-capped' : ''}`;
   if (traceTo) Object.assign(env, { OTEL_EXPORTER_OTLP_ENDPOINT: traceTo.origin, OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '1', OTEL_SERVICE_NAME: 'sluice-bench' });
   // The event-loop delay probe rides along as a preload: sluice itself is unchanged.
   const eldFile = join(tempDir(`eld-${store}`), 'eld.jsonl');
@@ -261,7 +268,8 @@ export async function startSluice(sim: Server, store: StoreKind, traceTo?: Serve
   await waitForHealth(name, proc, output, origin);
   const server: Server = { name, proc, pid: proc.pid!, origin, output };
   const target: Target = {
-    name, label: `${store === 'sqlite' ? 'sluice (SQLite)' : 'sluice (Postgres+Redis)'}${traceTo ? ' (traced)' : ''}`, server, prefix: '', auth: key, sluice: true, sent: 0, store, eldFile,
+    name, label: `${store === 'sqlite' ? 'sluice (SQLite)' : 'sluice (Postgres+Redis)'}${traceTo ? ' (traced)' : ''}${caps ? ' (capped)' : ''}`, server, prefix: '', auth: key, sluice: true, sent: 0, store, eldFile,
+    ...(caps ? { headers: { 'x-sluice-session': 'bench-session' } } : {}),
   };
   target.stopAndCount = async () => {
     // SIGTERM lets sluice finish open streams and flush every row before it exits.

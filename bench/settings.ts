@@ -44,6 +44,8 @@ export const PROFILE_DIR = ((d) => (d ? resolve(d) : undefined))(option('profile
 export const PIN = process.argv.includes('--pin') || process.env.BENCH_PIN === '1';
 /** `--trace`: one more sluice, on the first store, with traces on at ratio 1 to a local OTLP sink (bench/otlp-sink.ts). */
 export const TRACE = process.argv.includes('--trace') || process.env.BENCH_TRACE === '1';
+/** `--caps`: one more sluice whose key has caps and whose profile caps sessions (the team budget's extra counters). */
+export const CAPS = process.argv.includes('--caps') || process.env.BENCH_CAPS === '1';
 /** `--only chat-2k,stream-20`: a subset of the scenarios (for profiling one of them). */
 export const ONLY = (option('only') ?? process.env.BENCH_ONLY)?.split(',').filter(Boolean);
 
