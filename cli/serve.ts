@@ -63,6 +63,8 @@ export async function serve(opts: { config?: string; listen?: string; env?: Node
       log.warn({ err }, 'warm-up failed: taking traffic cold');
     }
   }
+  // And connections to the routers open in the upstream pool: no handshake on a client's request.
+  log.info({ ...(await gateway.preconnect()) }, 'upstream connections opened');
   // The first requests after a start find their key and their profile's spend in memory, not in
   // the store: the keys used in the last day, and each profile's windows read once.
   gateway.deps.keyCache.prime(await store.listKeys(), Date.now() - 86_400_000);

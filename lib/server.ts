@@ -68,6 +68,14 @@ export const LISTEN_BACKLOG = 4096;
  */
 export const DRAIN_IDLE_MS = 2_000;
 
+/**
+ * Upstream sockets a starting process opens to each router before it reports ready: the first
+ * requests after a handover arrive together on the connections the draining process closed.
+ */
+export const PRECONNECT_SOCKETS = 16;
+/** How long a start waits for those sockets at most (a router that does not answer delays no start longer). */
+export const PRECONNECT_TIMEOUT_MS = 5_000;
+
 /** The least time the shutdown gives the last trace export, even when the drain used up the grace. */
 export const TRACE_FLUSH_MIN_MS = 1_000;
 
@@ -212,6 +220,11 @@ export async function createGateway(opts: GatewayOptions) {
     upstream,
     /** Ends a close()'s grace period now (a second SIGTERM or SIGINT); rows are still flushed. */
     hurry: () => hurry(),
+    /**
+     * Warm upstream sockets before traffic (lib/proxy/preconnect.ts): PRECONNECT_SOCKETS to each
+     * router, each within PRECONNECT_TIMEOUT_MS. Never throws.
+     */
+    preconnect: () => proxy.preconnect(upstreamKeys, PRECONNECT_SOCKETS, PRECONNECT_TIMEOUT_MS),
     /** Upstream sockets in use and idle (leak checks). */
     upstreamSockets: () => proxy.sockets(),
     /** The tracer (lib/trace/tracing.ts: forceFlush, drop counts); null while tracing is off. */

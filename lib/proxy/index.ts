@@ -17,6 +17,7 @@ import type { ReadCtx } from '../context.ts';
 import type { RequestRow } from '../store/store.ts';
 import { EXCHANGE, Exchange, type ExchangeCore } from './exchange.ts';
 import { OpenList } from './open-list.ts';
+import { preconnect, type Preconnected } from './preconnect.ts';
 import { UpstreamCall, UpstreamClient } from './upstream-client.ts';
 import { bodyOf, headersOf, targetOf, upstreamTargets } from './upstream-request.ts';
 import type { RequestTracer } from '../trace/request.ts';
@@ -127,6 +128,10 @@ export function createProxy(deps: ProxyDeps) {
      */
     interrupt(): void {
       for (const ex of core.open.snapshot()) ex.interrupt();
+    },
+    /** Opens `perRouter` idle keep-alive sockets to each router with a keyed profile (./preconnect.ts), before traffic. */
+    preconnect(upstreamKeys: ReadonlyMap<string, string>, perRouter: number, timeoutMs: number): Promise<Preconnected> {
+      return preconnect(deps.config, upstreamKeys, agents, perRouter, timeoutMs);
     },
     /** Upstream sockets in use and idle in the keep-alive pool (leak checks, /health). */
     sockets(): { active: number; idle: number } {

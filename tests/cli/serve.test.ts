@@ -124,6 +124,10 @@ t.test('serve: listens on port 0, proxies, drains a stream on SIGTERM and exits 
   t.ok(warmed >= 0 && warmed < p.lines.indexOf(listening), 'it warmed up before it reported ready');
   t.equal(p.lines[warmed]?.ok, 200, 'every warm-up request was answered');
   t.equal(sim.received.filter((r) => r.method === 'POST').length, 0, 'the warm-up never reached the configured router');
+  const opened = p.lines.findIndex((l) => l.msg === 'upstream connections opened');
+  t.ok(opened >= 0 && opened < p.lines.indexOf(listening), 'it opened its upstream connections before it reported ready');
+  t.match(p.lines[opened], { routers: 1, sockets: 16, failed: 0 });
+  t.equal(sim.received.filter((r) => r.method === 'GET' && r.path === '/api/v1/key').length, 16, 'each with a readout of the key');
   const m = /^127\.0\.0\.1:(\d+)$/.exec(listening.listen);
   t.ok(m, `the log line names the address: ${listening.listen}`);
   const port = Number(m![1]);
