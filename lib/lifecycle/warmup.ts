@@ -7,11 +7,11 @@
 // no key of the real deployment is touched. The code it warms is the real gateway's: V8 keeps
 // compiled code and type feedback per function literal, shared by every closure made from it.
 
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Config } from '../config.ts';
+import { loadConfig, type Config } from '../config.ts';
 import { MemoryCounters } from '../counters/memory.ts';
 import { displayPrefix, generateKey, hashKey, parseKey } from '../keys.ts';
 import { createLogger } from '../log.ts';
@@ -25,22 +25,40 @@ const UPSTREAM_KEY = 'sk-or-v1-warmup';
 /** Requests in flight at once during the warm-up. */
 const PARALLEL = 8;
 
-/** A configuration of one profile with room for every request, and tiers the simulated router serves. */
-function warmupConfig(routerUrl: string): Config {
-  const price = { input_per_mtok: 1, output_per_mtok: 2 };
-  return {
-    dir: '(warm-up)',
-    routers: new Map([['sim', { name: 'sim', url: new URL(routerUrl) }]]),
-    profiles: new Map([[PROFILE, {
-      name: PROFILE, default_tier: 'fast', router: 'sim', budget: { daily_usd: 1e9, monthly_usd: 1e9 }, l2_cache: false,
-      rate_limits: { per_key_per_minute: 1e9, per_user_per_minute: 1e9 },
-    }]]),
-    tiers: new Map([
-      ['fast', { name: 'fast', model: 'google/gemini-2.5-flash', fallbacks: ['openai/gpt-4.1-mini'], price, max_output_tokens: 8192 }],
-      ['agent', { name: 'agent', model: 'anthropic/claude-sonnet-4.5', fallbacks: [], price, max_output_tokens: 32000 }],
-    ]),
-    auto: { decision_model: 'google/gemini-2.5-flash-lite', ladder: ['fast', 'agent'], session_ttl_minutes: 60, decision_timeout_ms: 2000 },
-  };
+/**
+ * A configuration of one profile with room for every request, and tiers the simulated router
+ * serves, read from files by the same loader as the real one: its objects then have the shapes the
+ * real configuration's have, and the code compiled for them fits the real requests that follow.
+ */
+function warmupConfig(routerUrl: string, dir: string): Config {
+  mkdirSync(dir);
+  writeFileSync(join(dir, 'profiles.yaml'), `routers:
+  sim:
+    url: ${routerUrl}
+profiles:
+  ${PROFILE}:
+    default_tier: fast
+    router: sim
+    budget: { daily_usd: 1000000000, monthly_usd: 1000000000 }
+    rate_limits: { per_key_per_minute: 1000000000, per_user_per_minute: 1000000000 }
+`);
+  writeFileSync(join(dir, 'tiers.yaml'), `tiers:
+  fast:
+    model: google/gemini-2.5-flash
+    fallbacks: [openai/gpt-4.1-mini]
+    price: { input_per_mtok: 1, output_per_mtok: 2 }
+    max_output_tokens: 8192
+  agent:
+    model: anthropic/claude-sonnet-4.5
+    price: { input_per_mtok: 1, output_per_mtok: 2 }
+    max_output_tokens: 32000
+auto:
+  decision_model: google/gemini-2.5-flash-lite
+  ladder: [fast, agent]
+  session_ttl_minutes: 60
+  decision_timeout_ms: 2000
+`);
+  return loadConfig(dir);
 }
 
 /** The i-th request of the burst: the three dialects, streamed and not, with a system turn and tools now and then. */
@@ -93,7 +111,7 @@ export async function warmUp(requests: number): Promise<{ ok: number; ms: number
   let gateway: Gateway | undefined;
   let ok = 0;
   try {
-    const config = warmupConfig(sim.url);
+    const config = warmupConfig(sim.url, join(dir, 'config'));
     const settings = {
       ...readSettings({}), upstreamKeyVars: { SLUICE_UPSTREAM_KEY_WARMUP: UPSTREAM_KEY }, usageRefreshMs: 0, reconcilePollMs: 0, dataDir: dir,
     };
