@@ -6,8 +6,8 @@
 // another (bench/load.ts). Prints Markdown tables with the targets met, ready for docs/benchmarks.md.
 // Every process it starts is killed and every temporary directory and database removed, on error too.
 // The parts: settings.ts (options), servers.ts (processes and cleanup), measure.ts (slices and
-// figures), report.ts (tables and verdicts), trace-report.ts (`--trace`: traced against untraced),
-// caps-report.ts (`--caps`: a capped key and session against none).
+// figures), report.ts (tables and verdicts), variant-report.ts (`--trace`: traced against untraced;
+// `--caps`: a capped key and session against none).
 
 import type { LoadJob, LoadResult } from './load.ts';
 import { measureScenario, peakRssMiB, type LoadClient, type Measure } from './measure.ts';
@@ -15,9 +15,8 @@ import { Loader } from './procs.ts';
 import { mark, report, TARGETS } from './report.ts';
 import { scenarios } from './scenarios.ts';
 import { cleanup, FLOOR_ELD_FILE, startFloor, startFloorHp3, startFloorUndici, startOtlpSink, startSim, startSluice, stop, wasInterrupted, type Target } from './servers.ts';
-import { capsReport } from './caps-report.ts';
 import { CAPS, LATENCY_RATES, log, ONLY, parseStores, PIN, SECONDS, TRACE, UPSTREAM_KEY, WARMUP_SECONDS } from './settings.ts';
-import { traceReport } from './trace-report.ts';
+import { capsReport, traceReport } from './variant-report.ts';
 
 async function main(): Promise<number> {
   const major = Number(process.versions.node.split('.')[0]);
