@@ -113,7 +113,7 @@ const USAGE = `npm run bench -- [options]     (docs/benchmarks.md says what each
                                  CPU per request against the uncapped one, same run
   --streams [--quick]            1,000 slow streams, the stall-free search, a burst, slow readers
   --soak MINUTES                 mixed traffic for MINUTES (BENCH_SOAK_RATE req/s, default 50)
-Environment: BENCH_SECONDS (5), BENCH_ROUNDS (5), BENCH_PG_URL, BENCH_REDIS_URL.
+Environment: BENCH_SECONDS (5), BENCH_ROUNDS (5), BENCH_PG_URL, BENCH_REDIS_URL; BENCH_OTEL_X=v sets OTEL_X=v for the traced sluice.
 `;
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {

@@ -259,7 +259,11 @@ export async function startSluice(sim: Server, store: StoreKind, o: { traceTo?: 
   const key = await createKey(configDir, env, caps ? ['--daily-usd', '1000000', '--monthly-usd', '10000000'] : []);
   const port = await freePort();
   const name = `sluice-${store}${traceTo ? '-traced' : ''}${caps ? '-capped' : ''}`;
-  if (traceTo) Object.assign(env, { OTEL_EXPORTER_OTLP_ENDPOINT: traceTo.origin, OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '1', OTEL_SERVICE_NAME: 'sluice-bench' });
+  if (traceTo) {
+    Object.assign(env, { OTEL_EXPORTER_OTLP_ENDPOINT: traceTo.origin, OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '1', OTEL_SERVICE_NAME: 'sluice-bench' });
+    // BENCH_OTEL_X=v reaches the traced sluice as OTEL_X=v (the batch processor's settings, say): the bench's own OTEL_* never do.
+    for (const [k, v] of Object.entries(process.env)) if (k.startsWith('BENCH_OTEL_') && v !== undefined) env[k.slice('BENCH_'.length)] = v;
+  }
   // The event-loop delay probe rides along as a preload: sluice itself is unchanged.
   const eldFile = join(tempDir(`eld-${store}`), 'eld.jsonl');
   env.BENCH_ELD_FILE = eldFile;
