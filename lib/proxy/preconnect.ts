@@ -20,7 +20,8 @@ export interface Preconnected {
 
 /**
  * Sends `perRouter` readouts at once to each router a profile with an upstream key uses (at once,
- * so each takes a socket of its own), and resolves when all have ended or `timeoutMs` passed.
+ * so each takes a socket of its own), and resolves when all have ended; a readout is given up
+ * once its socket has been silent for `timeoutMs`.
  */
 export async function preconnect(
   config: Pick<Config, 'routers' | 'profiles'>, upstreamKeys: ReadonlyMap<string, string>,
