@@ -73,7 +73,7 @@ export const DRAIN_IDLE_MS = 2_000;
  * requests after a handover arrive together on the connections the draining process closed.
  */
 export const PRECONNECT_SOCKETS = 16;
-/** How long a start waits for those sockets at most (a router that does not answer delays no start longer). */
+/** How long a readout may be silent before the start gives it up: a router that does not answer delays a start by about that. */
 export const PRECONNECT_TIMEOUT_MS = 5_000;
 
 /** The least time the shutdown gives the last trace export, even when the drain used up the grace. */
@@ -222,7 +222,7 @@ export async function createGateway(opts: GatewayOptions) {
     hurry: () => hurry(),
     /**
      * Warm upstream sockets before traffic (lib/proxy/preconnect.ts): PRECONNECT_SOCKETS to each
-     * router, each within PRECONNECT_TIMEOUT_MS. Never throws.
+     * router, a readout silent for PRECONNECT_TIMEOUT_MS given up. Never throws.
      */
     preconnect: () => proxy.preconnect(upstreamKeys, PRECONNECT_SOCKETS, PRECONNECT_TIMEOUT_MS),
     /** Upstream sockets in use and idle (leak checks). */
