@@ -86,7 +86,7 @@ async function main(): Promise<number> {
     summary.push(`Postgres + Redis CPU per 2 KB request ${(pg / lite).toFixed(2)}× the embedded store's (≤ ${TARGETS.pgVsSqlite}× ${mark(ok)})`);
   }
   if (traced) {
-    const { text, ok } = traceReport(list, results, sluices[0]!, traced, tracedRows!, sunk!);
+    const { text, ok } = traceReport(list, results, sluices[0]!, traced, tracedRows!, sunk!, process.env.BENCH_SINK);
     out.push(text);
     if (!ok) correct = false;
   }
@@ -113,7 +113,8 @@ const USAGE = `npm run bench -- [options]     (docs/benchmarks.md says what each
                                  CPU per request against the uncapped one, same run
   --streams [--quick]            1,000 slow streams, the stall-free search, a burst, slow readers
   --soak MINUTES                 mixed traffic for MINUTES (BENCH_SOAK_RATE req/s, default 50)
-Environment: BENCH_SECONDS (5), BENCH_ROUNDS (5), BENCH_PG_URL, BENCH_REDIS_URL; BENCH_OTEL_X=v sets OTEL_X=v for the traced sluice.
+Environment: BENCH_SECONDS (5), BENCH_ROUNDS (5), BENCH_PG_URL, BENCH_REDIS_URL; BENCH_OTEL_X=v sets OTEL_X=v for the traced sluice;
+BENCH_SINK=reset|slow: the traced sluice's collector resets or never answers every export.
 `;
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {

@@ -32,11 +32,26 @@ function rowsOk(rows: Rows, t: Target): boolean {
   return rows.rows === t.sent && rows.ok === t.sent;
 }
 
-export function traceReport(list: Scenario[], results: Results, plain: Target, traced: Target, rows: Rows, sink: { exports: number; bytes: number }): { text: string; ok: boolean } {
-  const lines = [`### Traces on: ${traced.label} against ${plain.label}`, ''];
+/** What the clients saw of each: failures (non-2xx and transport errors) and p99 at each open-loop rate. */
+function clientTable(list: Scenario[], results: Results, plain: Target, variant: Target, off: string, on: string): string[] {
+  const rates = [...results.get(list[0]!.name)!.get(plain.name)!.lats.keys()];
+  const lines = [`| scenario | failures, ${off} / ${on} | ${rates.map((r) => `p99 at ${r} req/s, ${off} / ${on} (ms)`).join(' | ')} |`, `|---|---|${rates.map(() => '---').join('|')}|`];
+  for (const s of list) {
+    const a = results.get(s.name)!.get(plain.name)!;
+    const b = results.get(s.name)!.get(variant.name)!;
+    lines.push(`| ${s.title} | ${a.failures} / ${b.failures} | ${rates.map((r) => `${a.lats.get(r)!.p99.toFixed(2)} / ${b.lats.get(r)!.p99.toFixed(2)}`).join(' | ')} |`);
+  }
+  return lines;
+}
+
+/** `sinkMode`: how the sink answered (bench/otlp-sink.ts): ok, or a collector in trouble (reset, slow), to which nothing is exported. */
+export function traceReport(list: Scenario[], results: Results, plain: Target, traced: Target, rows: Rows, sink: { exports: number; bytes: number }, sinkMode = 'ok'): { text: string; ok: boolean } {
+  const lines = [`### Traces on: ${traced.label} against ${plain.label}${sinkMode === 'ok' ? '' : `, collector ${sinkMode === 'reset' ? 'resetting every export' : 'never answering'}`}`, ''];
   lines.push(`Ratio 1 (every request sampled), OTLP http/protobuf to a local sink that decodes nothing. ${CPU_NOTE}`, '');
   lines.push(...cpuTable(list, results, plain, traced, 'off', 'on'));
-  const exported = sink.exports > 0;
+  lines.push('', ...clientTable(list, results, plain, traced, 'off', 'on'));
+  // A collector in trouble takes nothing, by design; a healthy one must have taken something.
+  const exported = sinkMode === 'ok' ? sink.exports > 0 : sink.exports === 0;
   const ok = rowsOk(rows, traced);
   lines.push('', `Exported to the sink: ${sink.exports} OTLP requests, ${(sink.bytes / 1e6).toFixed(1)} MB (${traced.sent ? (sink.bytes / traced.sent).toFixed(0) : '–'} bytes per request sent) ${exported ? '✓' : '✗ nothing: is readTraceSettings (lib/trace/settings.ts) wired into `sluice serve`?'}. Rows recorded by the traced sluice: ${rows.rows} (${rows.ok} ok) for ${traced.sent} requests sent ${ok ? '✓' : '✗'}. Peak RSS: ${plain.peakRss?.toFixed(0) ?? '–'} MiB off, ${traced.peakRss?.toFixed(0) ?? '–'} MiB on.`);
   return { text: lines.join('\n'), ok: exported && ok };
