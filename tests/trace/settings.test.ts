@@ -36,7 +36,7 @@ t.test('the defaults', async (t) => {
   t.same(readTraceSettings({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318' }), {
     url: 'http://c:4318/v1/traces', headers: {}, timeoutMs: TRACE_DEFAULTS.timeoutMs, compression: 'none',
     sampler: 'parentbased_traceidratio', ratio: 1, serviceName: 'sluice', resource: {},
-    maxQueueSize: 2048, maxExportBatchSize: 512, scheduleDelayMs: 5000, exportTimeoutMs: TRACE_DEFAULTS.timeoutMs + 1000,
+    maxQueueSize: 2048, maxExportBatchSize: 64, scheduleDelayMs: 5000, exportTimeoutMs: TRACE_DEFAULTS.timeoutMs + 1000,
   });
 });
 
