@@ -8,7 +8,7 @@
 import type { ServerResponse } from 'node:http';
 import { exhaustedWindow, micro, STAGE_FROM, type Budget, type BudgetStage, type BudgetView, type Standing } from './budget.ts';
 import type { ProfiledCtx } from './context.ts';
-import { label } from './end-user.ts';
+import { headerSession } from './end-user.ts';
 
 /** The budget headers, by what they say (docs/http.md, "Budgets"). */
 export const BUDGET_HEADERS = {
@@ -20,10 +20,15 @@ export const BUDGET_HEADERS = {
 
 type Window = 'day' | 'month';
 
-/** A percentage cut (not rounded) to one decimal: 99.96 reads 99.9, never the 100.0 of a block it is not. */
+/** A percentage in whole tenths, cut (not rounded): 99.96 is 999, never the 1000 of a block it is not. */
+function tenthsOf(percent: number): number {
+  // The small lift keeps a value like 14.3 (142.99999… once multiplied) at 143.
+  return Math.max(0, Math.floor(percent * 10 + 1e-6));
+}
+
+/** A percentage cut to one decimal (tenthsOf). */
 function tenths(percent: number): number {
-  // The small lift keeps a value like 14.3 (142.99999… once multiplied) at 14.3.
-  return Math.max(0, Math.floor(percent * 10 + 1e-6)) / 10;
+  return tenthsOf(percent) / 10;
 }
 
 /** "0.0" … "100.0", made once: the used header of a request takes its text from here. */
@@ -31,7 +36,7 @@ const USED = Array.from({ length: 1001 }, (_, i) => (i / 10).toFixed(1));
 
 /** The used header's text: the percentage cut to one decimal. */
 export function usedText(percent: number): string {
-  const i = Math.max(0, Math.floor(percent * 10 + 1e-6));
+  const i = tenthsOf(percent);
   return i < USED.length ? USED[i]! : (i / 10).toFixed(1);
 }
 
@@ -164,16 +169,6 @@ function standingReport(s: Standing): StandingReport {
   };
 }
 
-/** The session a GET names, by the headers a proxied request names it with (lib/end-user.ts), bounded the same way. */
-function sessionOf(ctx: ProfiledCtx): string | null {
-  const h = ctx.req.headers;
-  for (const name of ['x-sluice-session', 'x-claude-code-session-id', 'session-id']) {
-    const v = h[name];
-    if (typeof v === 'string' && v !== '') return label(v);
-  }
-  return null;
-}
-
 /** What GET /v1/budget reads: the view the budget step would take, and a session's spend of today. */
 export type BudgetReader = Pick<Budget, 'view' | 'sessionSpend'>;
 
@@ -183,7 +178,7 @@ export async function budgetReport(budget: BudgetReader, ctx: ProfiledCtx): Prom
   const s = told(view);
   const w = windowOf(s);
   const cap = ctx.profile.session_daily_usd;
-  const session = cap == null ? null : sessionOf(ctx);
+  const session = cap == null ? null : headerSession(ctx.req.headers);
   let sessionReport: SessionReport | null = null;
   if (cap != null && session !== null) {
     const spent = await budget.sessionSpend(ctx.profile, session);

@@ -63,13 +63,6 @@ export class SpendWindows<Id extends string | number> {
     return n;
   }
 
-  /** The day and month spend (micro-USD) when this process knows both, else undefined: no I/O. */
-  known(k: WindowKeys): { day: number; month: number } | undefined {
-    const day = this.cache.now(k.dayKey);
-    const month = this.cache.now(k.monthKey);
-    return typeof day === 'number' && typeof month === 'number' ? { day, month } : undefined;
-  }
-
   /** Current spend in micro-USD for the day and month windows, seeding from the store when missing. */
   async spend(id: Id, now: number): Promise<{ day: number; month: number; w: Windows }> {
     const { w, dayKey, monthKey } = this.keys(id, now);

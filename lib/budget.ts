@@ -53,6 +53,11 @@ export function blockingResetAt(w: Pick<Windows, 'dayEnd' | 'monthEnd'>, monthPe
   return monthPercent >= STAGE_FROM.blocked ? w.monthEnd : w.dayEnd;
 }
 
+/** Seconds from `now` to a block's reset at `at`, at least an hour (clients that honour retry-after do not come back within the hour). */
+export function retryAfterS(at: number, now: number): number {
+  return Math.max(3600, Math.ceil((at - now) / 1000));
+}
+
 /** The state of a profile with `day` and `month` micro-USD spent in the windows `w`. */
 function stateOf(profile: Profile, day: number, month: number, w: Windows, now: number): BudgetState {
   // From the integer micro-USD amounts: one correctly rounded division, so spend exactly at a
@@ -68,7 +73,7 @@ function stateOf(profile: Profile, day: number, month: number, w: Windows, now: 
     percent,
     degradation,
     blocked,
-    retryAfterS: Math.max(3600, Math.ceil((resetAt - now) / 1000)),
+    retryAfterS: retryAfterS(resetAt, now),
     dayResetAt: w.dayEnd,
     monthResetAt: w.monthEnd,
   };

@@ -8,6 +8,7 @@
 // of the whole so that it still groups, and distinct long labels stay distinct.
 
 import { createHash } from 'node:crypto';
+import type { IncomingHttpHeaders } from 'node:http';
 import type { Ctx } from './context.ts';
 
 const LEGACY_CC = /^user_[0-9a-f]{64}_account_[0-9a-f-]*_session_([0-9a-f-]{36})$/;
@@ -40,6 +41,23 @@ export function claudeCodeSession(userId: string): string | undefined {
   return LEGACY_CC.exec(userId)?.[1];
 }
 
+/** The session headers, strongest first: sluice's own, Claude Code's, Codex's (responses only, read by identify). */
+const SESSION = 'x-sluice-session';
+const CLAUDE_CODE_SESSION = 'x-claude-code-session-id';
+const CODEX_SESSION = 'session-id';
+
+/**
+ * The session the headers alone name, as identify would take it from them (a GET has no body, so
+ * Codex's header counts on any route): bounded like every label.
+ */
+export function headerSession(headers: IncomingHttpHeaders): string | null {
+  for (const name of [SESSION, CLAUDE_CODE_SESSION, CODEX_SESSION]) {
+    const v = headers[name];
+    if (typeof v === 'string' && v !== '') return label(v);
+  }
+  return null;
+}
+
 function header(ctx: Ctx, name: string): string | null {
   const v = ctx.req.headers[name];
   return typeof v === 'string' && v !== '' ? label(v) : null;
@@ -47,8 +65,8 @@ function header(ctx: Ctx, name: string): string | null {
 
 /** Sets ctx.endUser and ctx.session from headers and (when needed) the parsed body. */
 export function identify(ctx: Ctx): void {
-  const explicit = header(ctx, 'x-sluice-session');
-  const cc = header(ctx, 'x-claude-code-session-id');
+  const explicit = header(ctx, SESSION);
+  const cc = header(ctx, CLAUDE_CODE_SESSION);
   if (cc) {
     ctx.endUser = `cc:${cc}`;
     ctx.session = explicit ?? cc;
@@ -66,7 +84,7 @@ export function identify(ctx: Ctx): void {
     else if (typeof body?.safety_identifier === 'string' && body.safety_identifier) user = body.safety_identifier;
     // Codex sends its conversation's id on every request of it. Unlike Claude Code's it is not
     // made an end user: a Codex request without `user` counts toward the key's limit only.
-    agentSession = header(ctx, 'session-id');
+    agentSession = header(ctx, CODEX_SESSION);
   } else {
     const id = body?.metadata?.user_id;
     if (typeof id === 'string' && id) {

@@ -5,7 +5,7 @@
 // profile with a session cap also refuses a session that spent it today, while its other sessions
 // (and requests without a session) go on. The view is left in ctx.budget for what reports it.
 
-import { exhaustedWindow, micro, resetOf, type Budget, type BudgetView } from '../lib/budget.ts';
+import { exhaustedWindow, micro, resetOf, retryAfterS, type Budget, type BudgetView } from '../lib/budget.ts';
 import type { Plugin, ReadCtx } from '../lib/context.ts';
 import { GatewayError } from '../lib/errors.ts';
 import { GENERATIVE } from '../lib/routes.ts';
@@ -43,7 +43,7 @@ function judgeSession(ctx: ReadCtx, capUsd: number, spentMicro: number, view: Bu
   if (spentMicro < micro(capUsd)) return;
   throw new GatewayError('session_budget_exhausted', {
     message: `daily session quota of profile ${ctx.profile.name} (${capUsd} USD) exhausted for this session; resets at 00:00 UTC`,
-    headers: { 'retry-after': retryAfter(view.profile.dayResetAt, now) },
+    headers: { 'retry-after': String(retryAfterS(view.profile.dayResetAt, now)) },
   });
 }
 
@@ -57,11 +57,6 @@ export function refusal(view: BudgetView, now: number): GatewayError {
   const when = window === 'month' ? `00:00 UTC on ${new Date(at).toISOString().slice(0, 10)}` : '00:00 UTC';
   return new GatewayError(s.scope === 'profile' ? 'budget_exhausted' : 'key_budget_exhausted', {
     message: `${what} exhausted; resets at ${when}`,
-    headers: { 'retry-after': retryAfter(at, now) },
+    headers: { 'retry-after': String(retryAfterS(at, now)) },
   });
-}
-
-/** Seconds to a reset, at least an hour (clients that honour it do not come back within the hour). */
-function retryAfter(at: number, now: number): string {
-  return String(Math.max(3600, Math.ceil((at - now) / 1000)));
 }
