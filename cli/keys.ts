@@ -3,7 +3,7 @@
 // and display prefix are stored. Listings show prefixes, states, caps and spend, never a key.
 // A key's caps (USD per UTC day and month) limit it inside its profile's budget (lib/budget.ts).
 
-import { windows } from '../lib/budget.ts';
+import { micro, windows } from '../lib/budget.ts';
 import type { Config } from '../lib/config.ts';
 import { compileIpList } from '../lib/client-ip.ts';
 import { displayPrefix, generateKey, hashKey, keyState, parseKey } from '../lib/keys.ts';
@@ -80,14 +80,14 @@ export async function listKeys(store: Store, profile: string | undefined, now = 
     return {
       prefix: k.prefix, profile: k.profile, name: k.name, created_at: k.created_at, last_used_at: k.last_used_at,
       expires_at: k.expires_at, revoked_at: k.revoked_at, ip_allow: k.ip_allow, state: keyState(k, now),
-      daily_usd: k.daily_usd, monthly_usd: k.monthly_usd, day_usd: cents(day_usd), month_usd: cents(month_usd),
+      daily_usd: k.daily_usd, monthly_usd: k.monthly_usd, day_usd: whole(day_usd), month_usd: whole(month_usd),
     };
   }));
 }
 
-/** A sum of float costs shown to the micro-dollar the budget counts in (no 0.30000000000000004). */
-function cents(usd: number): number {
-  return Math.round(usd * 1e6) / 1e6;
+/** A sum of float costs in the whole micro-dollars the budget counts in (no 0.30000000000000004). */
+function whole(usd: number): number {
+  return micro(usd) / 1e6;
 }
 
 /** USD in the table: to the cent, or to the micro-dollar below a cent (a cheap key still shows spend). */

@@ -113,7 +113,7 @@ export interface BudgetView {
 const STAGE_RANK: Record<BudgetStage, number> = { none: 0, 'fast-only': 1, 'max-tokens': 2, blocked: 3 };
 
 /** The standing of a budget with limits `daily`/`monthly` (null: none) and `day`/`month` micro-USD spent in the windows `w`. */
-function standingOf(scope: Standing['scope'], name: string, daily: number | null, monthly: number | null, day: number, month: number, w: Windows): Standing {
+export function standingOf(scope: Standing['scope'], name: string, daily: number | null, monthly: number | null, day: number, month: number, w: Pick<Windows, 'dayEnd' | 'monthEnd'>): Standing {
   // The integer micro-USD amounts, as in stateOf: spend exactly at a threshold reads as that threshold.
   const percent = Math.max(daily === null ? 0 : (day * 100) / micro(daily), monthly === null ? 0 : (month * 100) / micro(monthly));
   return {

@@ -5,7 +5,7 @@
 // themselves are counted on /metrics). Read-only; never a key or its prefix, only its name.
 
 import { windowOf } from '../budget-report.ts';
-import { degradationFor, micro, type Budget, type Standing } from '../budget.ts';
+import { micro, standingOf, type Budget, type Standing } from '../budget.ts';
 import type { Config } from '../config.ts';
 import { SEP } from '../store/rollups.ts';
 import type { BoardSum, KeyRow } from '../store/store.ts';
@@ -17,14 +17,9 @@ function cappedAndActive(k: KeyRow, now: number): boolean {
   return (k.daily_usd != null || k.monthly_usd != null) && k.revoked_at === null && (k.expires_at === null || Date.parse(k.expires_at) > now);
 }
 
-/** A key's standing from its rollups (day and month spend), as lib/budget.ts would compute it from its counters. */
+/** A key's standing from its rollups (day and month spend in USD), computed as lib/budget.ts does from its counters. */
 function fromRollups(k: KeyRow, day: number, month: number, w: SummaryWindows): Standing {
-  const of = (spent: number, cap: number | null) => (cap === null ? 0 : (micro(spent) * 100) / micro(cap));
-  const percent = Math.max(of(day, k.daily_usd), of(month, k.monthly_usd));
-  return {
-    scope: 'key', name: k.name, stage: degradationFor(percent), percent, day_usd: day, month_usd: month,
-    daily_usd: k.daily_usd, monthly_usd: k.monthly_usd, dayResetAt: w.dayEnd, monthResetAt: w.monthEnd,
-  };
+  return standingOf('key', k.name, k.daily_usd, k.monthly_usd, micro(day), micro(month), w);
 }
 
 function spendKey(profile: string, s: Standing): T.SpendKey {
