@@ -60,20 +60,15 @@ export function retryAfterS(at: number, now: number): number {
 
 /** The state of a profile with `day` and `month` micro-USD spent in the windows `w`. */
 function stateOf(profile: Profile, day: number, month: number, w: Windows, now: number): BudgetState {
-  // From the integer micro-USD amounts: one correctly rounded division, so spend exactly at a
-  // threshold reads as that threshold (0.0595 / 0.07 * 100 would give 84.99999999999999).
-  const dayPct = (day * 100) / micro(profile.budget.daily_usd);
-  const monthPct = (month * 100) / micro(profile.budget.monthly_usd);
-  const percent = Math.max(dayPct, monthPct);
-  const { degradation, blocked } = stageEffects(degradationFor(percent));
-  const resetAt = blockingResetAt(w, monthPct);
+  const s = standingOf('profile', profile.name, profile.budget.daily_usd, profile.budget.monthly_usd, day, month, w);
+  const { degradation, blocked } = stageEffects(s.stage);
   return {
-    day_usd: day / 1e6,
-    month_usd: month / 1e6,
-    percent,
+    day_usd: s.day_usd,
+    month_usd: s.month_usd,
+    percent: s.percent,
     degradation,
     blocked,
-    retryAfterS: retryAfterS(resetAt, now),
+    retryAfterS: retryAfterS(resetOf(s), now),
     dayResetAt: w.dayEnd,
     monthResetAt: w.monthEnd,
   };
@@ -114,7 +109,8 @@ const STAGE_RANK: Record<BudgetStage, number> = { none: 0, 'fast-only': 1, 'max-
 
 /** The standing of a budget with limits `daily`/`monthly` (null: none) and `day`/`month` micro-USD spent in the windows `w`. */
 export function standingOf(scope: Standing['scope'], name: string, daily: number | null, monthly: number | null, day: number, month: number, w: Pick<Windows, 'dayEnd' | 'monthEnd'>): Standing {
-  // The integer micro-USD amounts, as in stateOf: spend exactly at a threshold reads as that threshold.
+  // From the integer micro-USD amounts: one correctly rounded division, so spend exactly at a
+  // threshold reads as that threshold (0.0595 / 0.07 * 100 would give 84.99999999999999).
   const percent = Math.max(daily === null ? 0 : (day * 100) / micro(daily), monthly === null ? 0 : (month * 100) / micro(monthly));
   return {
     scope, name, stage: degradationFor(percent), percent, day_usd: day / 1e6, month_usd: month / 1e6,
