@@ -39,6 +39,8 @@ export interface Sample {
   usage?: Usage;
   /** Chat: performance.now() when its connection was opened; whether the answer said connection: close. */
   connAt?: number;
+  /** Chat: performance.now() when its request head went out on that connection. */
+  sentAt?: number;
   closeHeader?: boolean;
   /** Chat: sent in a burst at a handover (kept out of the latency windows). */
   burst?: boolean;
@@ -111,7 +113,10 @@ export class Traffic {
     const at = typeof m.headers === 'string' ? m.headers.indexOf('x-load-seq: ') : -1;
     if (at < 0) return;
     const s = this.waitingForSocket.get(Number.parseInt(m.headers.slice(at + 12), 10));
-    if (s) s.connAt = this.opened.get(m.socket);
+    if (s) {
+      s.connAt = this.opened.get(m.socket);
+      s.sentAt = performance.now();
+    }
   };
 
   constructor(o: TrafficOptions) {
@@ -142,6 +147,19 @@ export class Traffic {
   /** Sends `n` chat requests at once, over the pool, outside the schedule. */
   burst(n: number): void {
     for (let i = 0; i < n; i++) this.chat(performance.now(), true);
+  }
+
+  /**
+   * Makes every connection of the pool close and open again, `rounds` times (one request each with
+   * `connection: close`, kept out of the latency windows like a burst). Run once before the first
+   * handover: a handover makes every connection reconnect at once, and this process's own first
+   * reconnects (undici's connect path compiled for the first time) would otherwise be counted
+   * against the new generation's first requests.
+   */
+  async reconnect(rounds: number): Promise<void> {
+    for (let r = 0; r < rounds; r++) {
+      await Promise.all(Array.from({ length: this.o.connections }, () => this.chat(performance.now(), true, true)));
+    }
   }
 
   /** Stops the schedules and waits for every request still in flight, long streams included (once). */
@@ -180,14 +198,17 @@ export class Traffic {
     void p.finally(() => this.inFlight.delete(p));
   }
 
-  private chat(at: number, burst?: boolean): void {
+  private chat(at: number, burst?: boolean, close?: boolean): Promise<void> {
     const s: Sample = { kind: 'chat', seq: ++this.seq, at, ms: NaN, status: 0, requestId: '', generationId: '', burst };
     this.waitingForSocket.set(s.seq, s);
-    this.track((async () => {
+    const done = (async () => {
       try {
         const res = await this.pool.request({
           path: '/v1/chat/completions', method: 'POST', body: this.chatBody,
-          headers: { authorization: `Bearer ${this.o.key}`, 'content-type': 'application/json', 'x-sluice-run': RUN, 'x-load-seq': String(s.seq) },
+          headers: {
+            authorization: `Bearer ${this.o.key}`, 'content-type': 'application/json', 'x-sluice-run': RUN, 'x-load-seq': String(s.seq),
+            ...(close ? { connection: 'close' } : {}),
+          },
         });
         s.status = res.statusCode;
         s.requestId = header(res.headers['x-sluice-request-id']);
@@ -205,7 +226,9 @@ export class Traffic {
       s.ms = performance.now() - at;
       this.waitingForSocket.delete(s.seq);
       this.samples.push(s);
-    })());
+    })();
+    this.track(done);
+    return done;
   }
 
   private stream(kind: 'short' | 'long', sim: string, at: number, headed?: () => void): void {

@@ -38,6 +38,8 @@ export const LIMIT_RUN = 'limit';
 
 const UPSTREAM_BULK = 'sk-or-v1-bulkbulkbulkbulkbulkbulkbulkbulkbulkbulkbulkbulkbulkbulk04';
 const UPSTREAM_LIMITED = 'sk-or-v1-limitlimitlimitlimitlimitlimitlimitlimitlimitlimitlimit05';
+/** Times every load connection closes and reopens before the first handover (Traffic.reconnect). */
+const RECONNECT_ROUNDS = 5;
 const PROFILES = `  bulk:
     default_tier: fast
     router: sim
@@ -235,6 +237,7 @@ export async function runHandoverScenario(o: ScenarioOptions): Promise<HandoverR
       longChunks: o.longChunks, maxInFlight: 4 * o.connections + 4 * (o.longBefore + o.longOverlap) * o.handovers + 1000,
     });
     traffic.start();
+    await traffic.reconnect(RECONNECT_ROUNDS);
     const handovers: HandoverTimes[] = [];
     const limit: LimitResult = { first59: [], sixtieth: 0, sixtyFirst: 0 };
     let longOpened = 0;
