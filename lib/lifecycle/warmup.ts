@@ -24,6 +24,11 @@ const PROFILE = 'warmup';
 const UPSTREAM_KEY = 'sk-or-v1-warmup';
 /** Requests in flight at once during the warm-up. */
 const PARALLEL = 8;
+/**
+ * One request in this many closes its connection, so the next opens a new one: a handover moves
+ * every client connection to the new process at once, and accepting them is hot path too.
+ */
+const NEW_CONNECTION_EVERY = 4;
 
 /**
  * A configuration of one profile with room for every request, and tiers the simulated router
@@ -81,11 +86,14 @@ function requestOf(i: number): { path: string; body: string } {
   }
 }
 
-function send(agent: http.Agent, port: number, key: string, r: { path: string; body: string }): Promise<void> {
+function send(agent: http.Agent, port: number, key: string, r: { path: string; body: string }, close: boolean): Promise<void> {
   return new Promise((resolve, reject) => {
     const req = http.request({
       host: '127.0.0.1', port, method: 'POST', path: r.path, agent,
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${key}`, 'x-api-key': key, 'content-length': Buffer.byteLength(r.body) },
+      headers: {
+        'content-type': 'application/json', authorization: `Bearer ${key}`, 'x-api-key': key, 'content-length': Buffer.byteLength(r.body),
+        ...(close ? { connection: 'close' } : {}),
+      },
     }, (res) => {
       res.resume();
       res.once('end', () => (res.statusCode === 200 ? resolve() : reject(new Error(`warm-up request answered ${res.statusCode}`))));
@@ -127,7 +135,7 @@ export async function warmUp(requests: number): Promise<{ ok: number; ms: number
       while (next < requests) {
         const i = next++;
         try {
-          await send(agent, port, key, requestOf(i));
+          await send(agent, port, key, requestOf(i), i % NEW_CONNECTION_EVERY === 0);
           ok++;
         } catch {
           // A failed warm-up request warms less; it never stops the start.
