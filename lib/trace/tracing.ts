@@ -45,6 +45,8 @@ export interface TracingOptions {
   now?: () => number;
   /** service.version and the instrumentation scope's version. */
   version: string;
+  /** Spans go here instead of the OTLP exporter (bench/trace-floor.ts measures the SDK without an export). */
+  exporter?: SpanExporter;
 }
 
 export async function createTracing(settings: TraceSettings, opts: TracingOptions): Promise<Tracing> {
@@ -69,7 +71,7 @@ export async function createTracing(settings: TraceSettings, opts: TracingOption
       'trace spans dropped (at most one line a minute; sluice_trace_spans_dropped_total counts every one)');
   }
 
-  const exporter = new otlp.OTLPTraceExporter({
+  const exporter: SpanExporter = opts.exporter ?? new otlp.OTLPTraceExporter({
     url: settings.url,
     headers: { ...settings.headers },
     timeoutMillis: settings.timeoutMs,
@@ -84,7 +86,7 @@ export async function createTracing(settings: TraceSettings, opts: TracingOption
       });
     },
     shutdown: () => exporter.shutdown(),
-    forceFlush: () => exporter.forceFlush(),
+    forceFlush: () => exporter.forceFlush?.() ?? Promise.resolve(),
   };
   // The processor reports a span dropped for a full queue only through its self-observability
   // counter (experimental in the SDK; tests/trace/faults.test.ts holds it): a meter that keeps that one.
