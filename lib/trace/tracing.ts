@@ -77,12 +77,19 @@ export async function createTracing(settings: TraceSettings, opts: TracingOption
     timeoutMillis: settings.timeoutMs,
     compression: settings.compression as ExporterConfig['compression'],
   });
-  // A failed export loses its batch: counted here, where the cause is known.
+  // A failed export loses its batch: counted here, where the cause is known. The batch processor
+  // is then told the export succeeded. It never retries a batch, so that changes nothing but one
+  // bug: told of a failure, BatchSpanProcessorBase (sdk-trace 2.12) clears its "exporting" flag in
+  // its finally(), which starts the next export, and again in its catch(), while that export is in
+  // flight, so the next span to end starts one more. With a collector that never answers, each
+  // timeout added an export in flight, up to the exporter's 30, and every 3 s all of them encoded
+  // their 64 spans at once: a 20-70 ms stall of every request (the spec: Export() is never called
+  // concurrently). tests/trace/exporter.test.ts holds one export at a time.
   const counting: SpanExporter = {
     export(spans, done) {
       exporter.export(spans, (result) => {
         if (result.code !== 0) drop('export', spans.length, causeOf(result.error));
-        done(result);
+        done({ code: 0 });
       });
     },
     shutdown: () => exporter.shutdown(),
