@@ -6,7 +6,6 @@
 // exit 0; a second signal ends the drain at once (rows still flushed). Start-up problems with the
 // configuration or the settings exit 78, every problem listed, each naming what is wrong.
 
-import { getPriority, setPriority } from 'node:os';
 import { resolve } from 'node:path';
 import { loadConfig } from '../lib/config.ts';
 import type { Counters } from '../lib/counters/counters.ts';
@@ -20,9 +19,6 @@ import { readTraceSettings } from '../lib/trace/settings.ts';
 import { hostPort, readSettings } from '../lib/settings.ts';
 import { openStore } from '../lib/store/open.ts';
 import { UsageError } from './errors.ts';
-
-/** The nice value a draining process takes (Linux: 0 is the default, 19 the lowest priority). */
-export const DRAIN_NICE = 10;
 
 export function parseListen(value: string): { host: string; port: number } {
   const hp = hostPort(value);
@@ -95,7 +91,6 @@ export async function serve(opts: { config?: string; listen?: string; env?: Node
       return;
     }
     stopping = true;
-    yieldCpu(log);
     try {
       // The listening handle goes at once, inside close(); the rest of the drain runs on.
       const drained = gateway.close(opts.graceMs ?? settings.shutdownGraceMs);
@@ -120,17 +115,4 @@ export async function serve(opts: { config?: string; listen?: string; env?: Node
   // process and lose the rows still queued).
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
-}
-
-/**
- * A draining process gives the CPU to the one taking over (nice DRAIN_NICE): what it has left is
- * the last answer on each old connection and the open streams, while the new process is answering
- * the first requests of every client at once. Raising one's own nice value needs no privilege.
- */
-function yieldCpu(log: ReturnType<typeof createLogger>): void {
-  try {
-    setPriority(Math.max(DRAIN_NICE, getPriority()));
-  } catch (err) {
-    log.warn({ err }, 'could not lower the draining process\'s CPU priority');
-  }
 }
