@@ -60,6 +60,7 @@ export function createProxy(deps: ProxyDeps) {
   // streams reuses them instead of opening hundreds of connections at once.
   const agentOptions = { keepAlive: true, keepAliveMsecs: 10_000, timeout: 30_000, maxFreeSockets: 4096 };
   const agents = { 'http:': new http.Agent(agentOptions), 'https:': new https.Agent(agentOptions) };
+  const agentFor = (url: URL): http.Agent => (url.protocol === 'https:' ? agents['https:'] : agents['http:']);
   // No proxyTimeout here: each exchange sets the upstream timeout itself, and stops it while it
   // holds the upstream paused for a slow client (exchange.ts, hold()).
   const upstream = new UpstreamClient({
@@ -112,7 +113,7 @@ export function createProxy(deps: ProxyDeps) {
       if (core.trace !== null) ex.trace = core.trace.client(ctx);
       const body = bodyOf(ctx);
       const target = targetOf(targets, ctx);
-      const call = new UpstreamCall(target, target.protocol === 'https:' ? agents['https:'] : agents['http:'], body);
+      const call = new UpstreamCall(target, agentFor(target), body);
       ex.upstreamOptions = call; // for its one retry
       ex.bodyBytes = body.length;
       upstream.send(ctx.req, ctx.res, call, headersOf(ctx, body.length, ex.trace));
@@ -131,7 +132,7 @@ export function createProxy(deps: ProxyDeps) {
     },
     /** Opens `perRouter` idle keep-alive sockets to each router with a keyed profile (./preconnect.ts), before traffic. */
     preconnect(upstreamKeys: ReadonlyMap<string, string>, perRouter: number, timeoutMs: number): Promise<Preconnected> {
-      return preconnect(deps.config, upstreamKeys, agents, perRouter, timeoutMs);
+      return preconnect(deps.config, upstreamKeys, agentFor, perRouter, timeoutMs);
     },
     /** Upstream sockets in use and idle in the keep-alive pool (leak checks, /health). */
     sockets(): { active: number; idle: number } {

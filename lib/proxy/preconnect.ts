@@ -25,7 +25,7 @@ export interface Preconnected {
  */
 export async function preconnect(
   config: Pick<Config, 'routers' | 'profiles'>, upstreamKeys: ReadonlyMap<string, string>,
-  agents: { 'http:': http.Agent; 'https:': https.Agent }, perRouter: number, timeoutMs: number,
+  agentFor: (url: URL) => http.Agent, perRouter: number, timeoutMs: number,
 ): Promise<Preconnected> {
   const keyOf = new Map<string, string>();
   for (const p of config.profiles.values()) {
@@ -36,16 +36,16 @@ export async function preconnect(
   const calls: Promise<void>[] = [];
   for (const [name, key] of keyOf) {
     const url = new URL('api/v1/key', withSlash(config.routers.get(name)!.url));
-    for (let i = 0; i < perRouter; i++) calls.push(readout(url, key, agents, timeoutMs).then((ok) => void (ok ? done.sockets++ : done.failed++)));
+    for (let i = 0; i < perRouter; i++) calls.push(readout(url, key, agentFor(url), timeoutMs).then((ok) => void (ok ? done.sockets++ : done.failed++)));
   }
   await Promise.all(calls);
   return done;
 }
 
-function readout(url: URL, key: string, agents: { 'http:': http.Agent; 'https:': https.Agent }, timeoutMs: number): Promise<boolean> {
+/** One readout through `agent` (the proxy core's, for the URL's protocol); true when answered 200. */
+function readout(url: URL, key: string, agent: http.Agent, timeoutMs: number): Promise<boolean> {
   return new Promise((resolve) => {
     const send = url.protocol === 'https:' ? https.request : http.request;
-    const agent = url.protocol === 'https:' ? agents['https:'] : agents['http:'];
     const req = send(url, { method: 'GET', agent, headers: { authorization: `Bearer ${key}`, accept: 'application/json' }, timeout: timeoutMs }, (res) => {
       res.resume(); // read to the end, so the socket goes back to the pool
       res.once('end', () => resolve(res.statusCode === 200));

@@ -3,7 +3,6 @@
 // those sockets, and a router that refuses or never answers costs the start a bounded wait only.
 
 import http from 'node:http';
-import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import t from 'tap';
 import type { Config } from '../../../lib/config.ts';
@@ -39,7 +38,8 @@ function config(url: string): Pick<Config, 'routers' | 'profiles'> {
     profiles: new Map([['a', profile('a', 'r')], ['b', profile('b', 'r')], ['keyless', profile('keyless', 'other')]]) as unknown as Config['profiles'],
   };
 }
-const agents = () => ({ 'http:': new http.Agent({ keepAlive: true }), 'https:': new https.Agent({ keepAlive: true }) });
+/** A keep-alive agent of its own per call (every router here is http). */
+const agent = () => new http.Agent({ keepAlive: true });
 
 t.test('a refused connection, a non-200 answer and a router that never answers: counted as failed, never thrown, bounded by the timeout', async (t) => {
   // Refused: a port nothing listens on.
@@ -48,26 +48,26 @@ t.test('a refused connection, a non-200 answer and a router that never answers: 
   const closedPort = (closed.address() as AddressInfo).port;
   await new Promise<void>((r) => closed.close(() => r()));
   const keys = new Map([['a', 'sk-or-v1-a']]);
-  const a1 = agents();
-  t.strictSame(await preconnect(config(`http://127.0.0.1:${closedPort}`), keys, a1, 3, 5_000), { routers: 1, sockets: 0, failed: 3 }, 'profile b shares router r; keyless has no key: one router');
-  a1['http:'].destroy();
+  const a1 = agent();
+  t.strictSame(await preconnect(config(`http://127.0.0.1:${closedPort}`), keys, () => a1, 3, 5_000), { routers: 1, sockets: 0, failed: 3 }, 'profile b shares router r; keyless has no key: one router');
+  a1.destroy();
 
   // A 401: the socket may stay, but it is not counted as warm.
   const refusing = http.createServer((_req, res) => res.writeHead(401).end('{}'));
   await new Promise<void>((r) => refusing.listen(0, '127.0.0.1', r));
   t.teardown(() => refusing.close());
-  const a2 = agents();
-  t.strictSame(await preconnect(config(`http://127.0.0.1:${(refusing.address() as AddressInfo).port}`), keys, a2, 2, 5_000), { routers: 1, sockets: 0, failed: 2 });
-  a2['http:'].destroy();
+  const a2 = agent();
+  t.strictSame(await preconnect(config(`http://127.0.0.1:${(refusing.address() as AddressInfo).port}`), keys, () => a2, 2, 5_000), { routers: 1, sockets: 0, failed: 2 });
+  a2.destroy();
 
   // Never answers: the start waits the timeout, no longer.
   const silent = http.createServer(() => {});
   await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
   t.teardown(() => silent.closeAllConnections());
   t.teardown(() => silent.close());
-  const a3 = agents();
-  t.strictSame(await preconnect(config(`http://127.0.0.1:${(silent.address() as AddressInfo).port}`), keys, a3, 2, 30), { routers: 1, sockets: 0, failed: 2 });
-  a3['http:'].destroy();
+  const a3 = agent();
+  t.strictSame(await preconnect(config(`http://127.0.0.1:${(silent.address() as AddressInfo).port}`), keys, () => a3, 2, 30), { routers: 1, sockets: 0, failed: 2 });
+  a3.destroy();
 
-  t.strictSame(await preconnect(config('http://127.0.0.1:9/'), new Map(), agents(), 2, 30), { routers: 0, sockets: 0, failed: 0 }, 'no profile with a key: nothing sent');
+  t.strictSame(await preconnect(config('http://127.0.0.1:9/'), new Map(), agent, 2, 30), { routers: 0, sockets: 0, failed: 0 }, 'no profile with a key: nothing sent');
 });
