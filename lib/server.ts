@@ -287,13 +287,6 @@ function upstreamKeysFrom(config: Config, settings: Settings, log: Logger): Map<
   return keys;
 }
 
-/**
- * The node:http server with its connection bounds and its answer to malformed HTTP. A connection
- * over a cap is closed at once, before a byte is read (the global cap is node's maxConnections,
- * which does the same), and reported through `refused`. Node applies headersTimeout from the
- * moment a connection opens, so one that sends nothing and one that trickles its headers are both
- * answered 408 and closed; its check runs every connectionsCheckingInterval, which is kept short.
- */
 /** A socket of the server, with the response Node is writing on it (node:http's own field, read by clientError too). */
 type HttpSocket = Socket & { _httpMessage?: ServerResponse | null };
 
@@ -311,6 +304,13 @@ function closeAfterResponse(sockets: ReadonlySet<HttpSocket>): void {
   }
 }
 
+/**
+ * The node:http server with its connection bounds and its answer to malformed HTTP. A connection
+ * over a cap is closed at once, before a byte is read (the global cap is node's maxConnections,
+ * which does the same), and reported through `refused`. Node applies headersTimeout from the
+ * moment a connection opens, so one that sends nothing and one that trickles its headers are both
+ * answered 408 and closed; its check runs every connectionsCheckingInterval, which is kept short.
+ */
 function createHttpServer(listener: http.RequestListener, limits: ConnectionLimits, trusted: BlockList, refused: (reason: 'per_address' | 'global') => void): http.Server & { sockets: ReadonlySet<HttpSocket> } {
   const server = http.createServer({
     requestTimeout: Math.max(120_000, limits.headersTimeoutMs),
