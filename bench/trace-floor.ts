@@ -9,15 +9,13 @@
 // `npm run bench -- --trace` gives sluice's own added CPU in the same terms; docs/observability.md
 // compares the two.
 
-import { spawn } from 'node:child_process';
-import { join } from 'node:path';
 import { ROOT_CONTEXT, SpanKind, trace, type Tracer } from '@opentelemetry/api';
 import type { SpanExporter } from '@opentelemetry/sdk-trace-base';
-import pino from 'pino';
 import * as A from '../lib/trace/attributes.ts';
 import { createTracing } from '../lib/trace/tracing.ts';
 import { readTraceSettings } from '../lib/trace/settings.ts';
-import { ROOT } from './children.ts';
+import { createLogger } from '../lib/log.ts';
+import { cleanup, startOtlpSink } from './servers.ts';
 import { option } from './settings.ts';
 
 const REQUESTS = Number(option('requests') ?? 60_000);
@@ -62,20 +60,6 @@ function request(tracer: Tracer, i: number): void {
   server.end();
 }
 
-async function startSink(): Promise<{ url: string; stop(): void }> {
-  const proc = spawn(process.execPath, [join(ROOT, 'bench/otlp-sink.ts')], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const origin = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    proc.stdout.setEncoding('utf8').on('data', (c: string) => {
-      out += c;
-      const m = /listening (http:\/\/\S+)/.exec(out);
-      if (m) resolve(m[1]!);
-    });
-    proc.once('exit', () => reject(new Error('the OTLP sink exited')));
-  });
-  return { url: `${origin}/v1/traces`, stop: () => proc.kill('SIGTERM') };
-}
-
 /** An exporter that takes every batch and sends nothing. */
 const DROP: SpanExporter = { export: (_spans, done) => done({ code: 0 }), shutdown: async () => {} };
 
@@ -90,7 +74,7 @@ async function measure(url: string, mode: 'loop' | 'drop' | 'export'): Promise<n
   if (BATCH !== undefined) env.OTEL_BSP_MAX_EXPORT_BATCH_SIZE = BATCH;
   const settings = readTraceSettings(env);
   if (settings === null) throw new Error('tracing settings');
-  const tracing = await createTracing(settings, { log: pino({ level: 'warn' }), version: 'bench', exporter: drop ? DROP : undefined });
+  const tracing = await createTracing(settings, { log: createLogger('warn'), version: 'bench', exporter: drop ? DROP : undefined });
   const tracer = tracing.requests.tracer;
   const run = async (n: number) => {
     for (let i = 0; i < n; i++) {
@@ -109,11 +93,12 @@ async function measure(url: string, mode: 'loop' | 'drop' | 'export'): Promise<n
   return (used.user + used.system) / REQUESTS;
 }
 
-const sink = await startSink();
+const sink = await startOtlpSink();
+const url = `${sink.origin}/v1/traces`;
 try {
-  const loop = await measure(sink.url, 'loop');
-  const made = (await measure(sink.url, 'drop')) - loop;
-  const total = (await measure(sink.url, 'export')) - loop;
+  const loop = await measure(url, 'loop');
+  const made = (await measure(url, 'drop')) - loop;
+  const total = (await measure(url, 'export')) - loop;
   process.stdout.write([
     `Trace floor: the OpenTelemetry SDK and OTLP http/protobuf exporter alone, 2 spans per request (${REQUESTS.toLocaleString('en')} requests, batch ${BATCH ?? 'default'})`,
     '',
@@ -127,5 +112,5 @@ try {
     '',
   ].join('\n'));
 } finally {
-  sink.stop();
+  await cleanup();
 }
