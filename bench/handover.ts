@@ -12,31 +12,23 @@
 import { formatReport, judge } from './handover-report.ts';
 import { controlFromEnv, runHandoverScenario } from './handover-scenario.ts';
 import { cleanup, log, startSim, tempDir } from './procs.ts';
-import { option } from './settings.ts';
+import { numberOption } from './settings.ts';
 import { track } from './children.ts';
-
-const num = (name: string, dflt: number): number => {
-  const v = option(name);
-  if (v === undefined) return dflt;
-  const n = Number(v);
-  if (!Number.isFinite(n) || n < 0) throw new Error(`--${name} must be a number ≥ 0, got "${v}"`);
-  return n;
-};
 
 async function main(): Promise<number> {
   const o = {
-    chatRate: num('rate', 700),
-    connections: num('connections', 32),
-    shortRate: num('short-rate', 20),
-    longBefore: num('long-before', 20),
-    longOverlap: num('long-overlap', 10),
-    longChunks: num('long-seconds', 90),
-    beforeMs: num('before', 30) * 1000,
-    afterMs: num('after', 60) * 1000,
-    handovers: num('handovers', 3),
+    chatRate: numberOption('rate', 700),
+    connections: numberOption('connections', 32),
+    shortRate: numberOption('short-rate', 20),
+    longBefore: numberOption('long-before', 20),
+    longOverlap: numberOption('long-overlap', 10),
+    longChunks: numberOption('long-seconds', 90),
+    beforeMs: numberOption('before', 30) * 1000,
+    afterMs: numberOption('after', 60) * 1000,
+    handovers: numberOption('handovers', 3),
     // 0: the load alone meets the drain (the CI form adds a burst to meet it on a small rate).
-    burstAtTerm: num('burst', 0),
-    graceS: num('grace', 300),
+    burstAtTerm: numberOption('burst', 0),
+    graceS: numberOption('grace', 300),
     control: controlFromEnv(),
   };
   const minutes = (o.beforeMs + o.afterMs) * o.handovers / 60_000 + o.longChunks / 60;

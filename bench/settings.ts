@@ -34,6 +34,15 @@ export function option(name: string): string | undefined {
   return i === -1 ? undefined : process.argv[i + 1];
 }
 
+/** `--name N`: a number of at least `min`, `dflt` when absent; anything else stops the run with a message. */
+export function numberOption(name: string, dflt: number, min = 0): number {
+  const v = option(name);
+  if (v === undefined) return dflt;
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < min) throw new Error(`--${name} must be a number ≥ ${min}, got "${v}"`);
+  return n;
+}
+
 /** `--profile DIR`: sluice and the floors run under `node --cpu-prof`, one .cpuprofile per process in DIR. */
 export const PROFILE_DIR = ((d) => (d ? resolve(d) : undefined))(option('profile') ?? process.env.BENCH_PROFILE_DIR);
 /**

@@ -16,9 +16,9 @@ import { createTracing } from '../lib/trace/tracing.ts';
 import { readTraceSettings } from '../lib/trace/settings.ts';
 import { createLogger } from '../lib/log.ts';
 import { cleanup, startOtlpSink } from './servers.ts';
-import { option } from './settings.ts';
+import { numberOption, option } from './settings.ts';
 
-const REQUESTS = Number(option('requests') ?? 60_000);
+const REQUESTS = Math.round(numberOption('requests', 60_000, 1000));
 const BATCH = option('batch');
 const WARM = 5_000;
 /** Requests made each millisecond at most (8,000 a second): the exports keep up, as they do under load. */
