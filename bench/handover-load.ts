@@ -41,6 +41,8 @@ export interface Sample {
   connAt?: number;
   /** Chat: performance.now() when its request head went out on that connection. */
   sentAt?: number;
+  /** Chat: the first request sent on its connection (it waited for the connection to open). */
+  firstOnConn?: boolean;
   closeHeader?: boolean;
   /** Chat: sent in a burst at a handover (kept out of the latency windows). */
   burst?: boolean;
@@ -102,6 +104,7 @@ export class Traffic {
   private readonly inFlight = new Set<Promise<void>>();
   private readonly waitingForSocket = new Map<number, Sample>();
   private readonly opened = new WeakMap<object, number>();
+  private readonly used = new WeakSet<object>();
   private seq = 0;
   /** The pending timer of each schedule. */
   private readonly timers: Array<NodeJS.Timeout | undefined> = [];
@@ -116,6 +119,8 @@ export class Traffic {
     if (s) {
       s.connAt = this.opened.get(m.socket);
       s.sentAt = performance.now();
+      s.firstOnConn = !this.used.has(m.socket);
+      this.used.add(m.socket);
     }
   };
 

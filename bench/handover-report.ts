@@ -30,6 +30,8 @@ export interface HandoverFigures {
   first20: Window;
   /** The same 20 timed from when each went out on its connection: without the client's wait for a new connection. */
   first20Sent: Window;
+  /** The first request on each of the first 20 connections the new generation accepted: each waited for its TCP connect. */
+  firstOnConn: Window;
 }
 
 export interface Judgement {
@@ -52,8 +54,9 @@ function count<T>(items: T[], key: (x: T) => string): Record<string, number> {
 function figures(run: HandoverRun, h: HandoverTimes, next: HandoverTimes | undefined, before: number, after: number): HandoverFigures {
   const ok = run.samples.filter((s) => s.kind === 'chat' && s.status === 200 && !s.burst);
   const between = (a: number, b: number) => ok.filter((s) => s.at >= a && s.at < b);
-  // A connection opened after the old one's SIGTERM whose answer did not say `connection: close`
-  // was the new generation's (the draining one says it on every answer), until the next handover.
+  // A connection opened after the old one's SIGTERM was the new generation's, until the next
+  // handover: the load's connections close only when the draining one tells them to, after it has
+  // stopped accepting. (Its answer saying `connection: close` would mean otherwise.)
   const fresh = ok.filter((s) => s.connAt !== undefined && s.connAt >= h.termAt && !s.closeHeader && s.at < (next ? Math.min(next.spawnAt, next.termAt) : Infinity));
   fresh.sort((a, b) => a.at - b.at);
   const old = run.generations.find((g) => g.name === h.from);
@@ -68,6 +71,7 @@ function figures(run: HandoverRun, h: HandoverTimes, next: HandoverTimes | undef
     after: window(between(h.termAt, h.termAt + after)),
     first20: window(fresh.slice(0, 20)),
     first20Sent: window(fresh.slice(0, 20), (s) => s.sentAt ?? s.at),
+    firstOnConn: window(fresh.filter((s) => s.firstOnConn).slice(0, 20)),
   };
 }
 
@@ -150,6 +154,7 @@ export function formatReport(run: HandoverRun, j: Judgement): string {
     out.push(`  during ${x.to}'s start-up     ${w(x.startup)}`);
     out.push(`  after ${x.from}'s SIGTERM        ${w(x.after)}`);
     out.push(`  ${x.to}'s first 20 requests    ${w(x.first20)} (from their sending: ${w(x.first20Sent)})`);
+    out.push(`  first on its first 20 conns ${w(x.firstOnConn)}`);
     const p99Bar = x.after.p99 <= x.before.p99 + 1;
     const p50Bar = x.first20.n === 20 && x.first20.p50 <= 1.2 * x.before.p50;
     out.push(`  bar: p99 after ≤ p99 before + 1 ms: ${p99Bar ? 'met' : 'missed'}; first 20 p50 ≤ 1.2 × steady p50 (${f(x.before.p50)}): ${p50Bar ? 'met' : 'missed'}`);
