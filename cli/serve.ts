@@ -93,9 +93,10 @@ export async function serve(opts: { config?: string; listen?: string; env?: Node
     stopping = true;
     try {
       // The listening handle goes at once, inside close(); the rest of the drain runs on.
-      const drained = gateway.close(opts.graceMs ?? settings.shutdownGraceMs);
+      // The counts so far go to a process already running beside this one (or the next to start)
+      // as the drain begins, again once it has told every connection to close, and at the end.
+      const drained = gateway.close(opts.graceMs ?? settings.shutdownGraceMs, () => carry?.write());
       log.info({ signal }, 'draining: no new connections; open streams may finish');
-      // The counts so far, for a process already running beside this one (or the next to start).
       carry?.write();
       await drained;
       // And what the drain counted after.

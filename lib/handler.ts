@@ -14,6 +14,7 @@ import { budgetHeadersOn, budgetReport, setBudgetHeaders, type BudgetReader } fr
 import { canonicalIp, clientIp, inList } from './client-ip.ts';
 import { checkChain, newContext, type AnyPlugin, type Ctx, type ProfiledCtx, type ReadCtx } from './context.ts';
 import { GatewayError, renderError, type Dialect } from './errors.ts';
+import type { Closes } from './lifecycle/drain.ts';
 import { ALL_V1, ROUTE_TABLE, type Route } from './routes.ts';
 import type { RequestTracer } from './trace/request.ts';
 
@@ -97,7 +98,8 @@ export function createHandler(opts: HandlerOptions) {
   let inFlight = 0;
   let xffNoted = false;
   let idle: (() => void) | undefined;
-  let draining = false;
+  /** Set by drain(): whether a response begun now on a connection says `connection: close`. */
+  let closes: Closes | null = null;
   // One listener function for every response, not a closure per request.
   function onResponseClose(): void {
     if (--inFlight === 0) idle?.();
@@ -189,7 +191,7 @@ export function createHandler(opts: HandlerOptions) {
     listener(req: IncomingMessage, res: ServerResponse): void {
       inFlight++;
       res.on('close', onResponseClose);
-      if (draining) res.setHeader('connection', 'close');
+      if (closes !== null && closes(req.socket)) res.setHeader('connection', 'close');
       const where = new Where(req, routes);
       handle(req, res, where).catch((err) => fail(req, res, where, err));
     },
@@ -198,12 +200,13 @@ export function createHandler(opts: HandlerOptions) {
       return inFlight;
     },
     /**
-     * The drain begins: every request from now on is answered with `connection: close` (Node then
-     * closes its connection once the response is sent). Those already being answered are told by
-     * the server (lib/server.ts, closeAfterResponse), which knows the connections.
+     * The drain: every request from now on on a connection `which` names is answered with
+     * `connection: close` (Node then closes the connection once the response is sent); called
+     * again as the drain goes on (lib/lifecycle/drain.ts). Those already being answered are told
+     * by the server (lib/server.ts, closeAfterResponse), which knows the connections.
      */
-    drain(): void {
-      draining = true;
+    drain(which: Closes): void {
+      closes = which;
     },
     /** Resolves once no request is in flight (at once if none is). */
     idle(): Promise<void> {

@@ -6,8 +6,8 @@
 // Nothing here runs per request.
 
 import { readFileSync } from 'node:fs';
-import http, { type ServerResponse } from 'node:http';
-import net, { type AddressInfo, type BlockList, type Socket } from 'node:net';
+import http from 'node:http';
+import net, { type AddressInfo, type BlockList } from 'node:net';
 import type { Logger } from 'pino';
 import { createPlugins } from '../plugins/index.ts';
 import { Admission } from './admission.ts';
@@ -24,6 +24,7 @@ import type { Counters } from './counters/counters.ts';
 import type { Deps } from './deps.ts';
 import { createHandler, routeTable } from './handler.ts';
 import { KeyCache } from './key-cache.ts';
+import { closeAfterResponse, closesAll, DRAIN_IDLE_MS, DRAIN_SPREAD_MS, pause, spreadSchedule, untilIdle, type HttpSocket } from './lifecycle/drain.ts';
 import { createProxy } from './proxy/index.ts';
 import { Recorder } from './recorder.ts';
 import { upstreamKeysOf, type Settings } from './settings.ts';
@@ -48,6 +49,8 @@ export interface GatewayOptions {
   bodyTimeoutMs?: number;
   /** Load the router catalog at start-up (tests that need no catalog may skip the fetch). */
   loadCatalog?: boolean;
+  /** How long a drain spreads its `connection: close` over the open connections (DRAIN_SPREAD_MS; tests set it). */
+  drainSpreadMs?: number;
   /** How long a drain lets idle connections live (DRAIN_IDLE_MS; tests shorten it). */
   drainIdleMs?: number;
   /** The OTEL_* trace settings (lib/trace/settings.ts, readTraceSettings); null or absent: tracing off. */
@@ -59,14 +62,6 @@ type ConnectionLimits = Pick<Settings, 'maxConnections' | 'maxPerAddress' | 'hea
 
 /** Pending connections the kernel may queue for accept() (capped by net.core.somaxconn). */
 export const LISTEN_BACKLOG = 4096;
-
-/**
- * How long a draining process keeps an idle connection open: long enough that a busy client or
- * front proxy sends its next request on it and is told `connection: close`, short enough that a
- * draining process lets go of idle connections quickly. 2 s gave no transport error in any run of
- * a handover under 700 requests a second; closing idle connections at once gave 2 to 10 per handover.
- */
-export const DRAIN_IDLE_MS = 2_000;
 
 /**
  * Upstream sockets a starting process opens to each router before it reports ready: the first
@@ -84,6 +79,7 @@ export async function createGateway(opts: GatewayOptions) {
   const now = opts.now ?? Date.now;
   const { settings } = opts;
   const drainIdleMs = opts.drainIdleMs ?? DRAIN_IDLE_MS;
+  const drainSpreadMs = opts.drainSpreadMs ?? DRAIN_SPREAD_MS;
   const upstreamKeys = upstreamKeysFrom(config, settings, log);
   // Traces (lib/trace/): the SDK is loaded only when they are on; off, no hook runs.
   const tracing = opts.trace ? await createTracing(opts.trace, { log, now, version: VERSION }) : null;
@@ -172,25 +168,34 @@ export async function createGateway(opts: GatewayOptions) {
 
   let closing: Promise<void> | undefined;
   /**
-   * The soft drain, then the close. Stops accepting (a process sharing the listening socket
-   * takes the new connections); every response still to be written says `connection: close`; a
-   * connection left idle is closed after `drainIdleMs` (until then a request on it is still
-   * answered, with `connection: close`); open streams run to their end up to `graceMs` (or until
-   * hurry()). Streams still open then end as an upstream failure does (one error event of their
-   * dialect and a row, see proxy.interrupt); every row is flushed (or spooled) and all closes.
+   * The soft drain, then the close (lib/lifecycle/drain.ts has the parts). Stops accepting (a
+   * process sharing the listening socket takes the new connections); tells the connections open
+   * then `connection: close` one after another over `drainSpreadMs`, oldest first, each on its
+   * next response (or the one it is answering, if its head is still to be written), then
+   * `toldAll()` runs and every response says it; a connection left idle is closed after
+   * `drainIdleMs` (until then a request on it is still answered, with `connection: close`); open
+   * streams run to their end up to `graceMs` (or until hurry()). Streams still open then end as an
+   * upstream failure does (one error event of their dialect and a row, see proxy.interrupt);
+   * every row is flushed (or spooled) and all closes.
    */
-  async function drainAndClose(graceMs: number): Promise<void> {
+  async function drainAndClose(graceMs: number, toldAll: () => void): Promise<void> {
     const began = performance.now();
     // net.Server's close, not http.Server's: Node's also closes every idle keep-alive connection
     // at once, racing the request a client or front proxy may be sending on it (a reset, which
     // nginx turns into a 502 for a POST). The connections stay; the listening handle goes.
     const closed = new Promise<void>((resolve) => net.Server.prototype.close.call(server, () => resolve()));
-    handler.drain();
-    closeAfterResponse(server.sockets);
-    await reconcile.stop();
+    const connections = server.sockets.size;
+    const reconcileStopped = reconcile.stop();
+    const spread = spreadSchedule(server.sockets, now(), drainSpreadMs, now);
+    handler.drain(spread.closes);
+    closeAfterResponse(server.sockets, spread.closes);
+    await pause(spread.lastDueMs, hurried);
+    handler.drain(closesAll);
+    closeAfterResponse(server.sockets, closesAll);
+    toldAll();
+    await reconcileStopped;
     // A connection a response ends from now on closes after this idle time, not the keep-alive timeout.
     server.keepAliveTimeout = Math.max(1, drainIdleMs);
-    const connections = await new Promise<number>((resolve) => server.getConnections((_err, n) => resolve(n ?? 0)));
     if (connections > 0) await pause(drainIdleMs, hurried);
     server.closeIdleConnections();
     await untilIdle(handler, Math.max(0, graceMs - (performance.now() - began)), hurried);
@@ -257,9 +262,12 @@ export async function createGateway(opts: GatewayOptions) {
       });
       return server.address() as AddressInfo;
     },
-    /** The soft drain, then the close (drainAndClose); a second call waits for the first. */
-    close(graceMs = 10_000): Promise<void> {
-      return (closing ??= drainAndClose(graceMs));
+    /**
+     * The soft drain, then the close (drainAndClose); a second call waits for the first.
+     * `toldAll` runs once every connection has been told to close (the spread is over).
+     */
+    close(graceMs = 10_000, toldAll: () => void = () => {}): Promise<void> {
+      return (closing ??= drainAndClose(graceMs, toldAll));
     },
   };
 
@@ -267,41 +275,11 @@ export async function createGateway(opts: GatewayOptions) {
 
 export type Gateway = Awaited<ReturnType<typeof createGateway>>;
 
-/** Waits `ms`, or less when `cutShort` resolves first; the timer never outlives the wait. */
-async function pause(ms: number, cutShort: Promise<void>): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([new Promise<void>((resolve) => (timer = setTimeout(resolve, ms))), cutShort]);
-  clearTimeout(timer);
-}
-
-/** Waits until no request is in flight, `ms` pass, or `cutShort` resolves (a second signal). */
-async function untilIdle(handler: { inFlight: number; idle(): Promise<void> }, ms: number, cutShort: Promise<void> = new Promise(() => {})): Promise<void> {
-  if (handler.inFlight === 0) return;
-  await pause(ms, Promise.race([handler.idle(), cutShort]));
-}
-
 /** Each profile's upstream key from the settings; a profile without one answers 503 (said once, at start). */
 function upstreamKeysFrom(config: Config, settings: Settings, log: Logger): Map<string, string> {
   const { keys, missing } = upstreamKeysOf(config, settings);
   for (const m of missing) log.warn(m, 'no upstream key for this profile: its requests will answer 503');
   return keys;
-}
-
-/** A socket of the server, with the response Node is writing on it (node:http's own field, read by clientError too). */
-type HttpSocket = Socket & { _httpMessage?: ServerResponse | null };
-
-/**
- * A drain's word to the responses already being answered: each whose head is still to be written
- * says `connection: close`, so a client or front proxy never sends another request on a connection
- * this process is about to close. The connections are known per connection, not per request: a
- * Set of the responses in flight (an add and a delete per request) cost 2 KB chat 37 µs of CPU per
- * request under load (bench, e8ddbb8), most of it in V8's collector.
- */
-function closeAfterResponse(sockets: ReadonlySet<HttpSocket>): void {
-  for (const socket of sockets) {
-    const res = socket._httpMessage;
-    if (res && !res.headersSent) res.setHeader('connection', 'close');
-  }
 }
 
 /**

@@ -128,7 +128,7 @@ export async function warmUp(requests: number): Promise<{ ok: number; ms: number
       key_hash: hashKey(key), prefix: displayPrefix(PROFILE, parseKey(key)!.token), profile: PROFILE, name: 'warm-up',
       ip_allow: '', created_at: new Date().toISOString(), expires_at: null,
     });
-    gateway = await createGateway({ config, store, counters, log: createLogger('silent'), settings, dataDir: dir, drainIdleMs: 0 });
+    gateway = await createGateway({ config, store, counters, log: createLogger('silent'), settings, dataDir: dir, drainSpreadMs: 0, drainIdleMs: 0 });
     const { port } = await gateway.listen('127.0.0.1', 0);
     let next = 0;
     const worker = async () => {

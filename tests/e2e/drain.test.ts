@@ -1,11 +1,13 @@
 // The soft drain (lib/server.ts close), in-process over real connections: once it begins, a new
 // connection is refused (the listening handle is gone) but a request on a connection already open
-// is still answered, with `connection: close`, and the connection then closes; a response whose
-// head was still to be written says `connection: close`; an idle connection is closed once the
-// drain's idle time is over, not at once; an open stream runs to its last event and its row, and
-// close() resolves only after it. Every wait is for an event (a socket's close, the simulated
-// router seeing the request, a chunk), and the idle time is either long and ended by hurry() or
-// short and waited for by the socket's close.
+// is still answered, with `connection: close`, and the connection then closes; the connections are
+// told one after another over the spread, oldest first, by the gateway's clock, and every one once
+// the spread is over; a response whose head was still to be written says `connection: close`; an
+// idle connection is closed once the drain's idle time is over, not at once; an open stream runs to
+// its last event and its row, and close() resolves only after it. Every wait is for an event (a
+// socket's close, the simulated router seeing the request, a chunk, the spread's end), the spread's
+// steps are the harness clock's, and the idle time is either long and ended by hurry() or short
+// and waited for by the socket's close.
 
 import { once } from 'node:events';
 import http from 'node:http';
@@ -74,6 +76,49 @@ t.test('a request on an open connection during the drain is answered with connec
   h.gateway.hurry();
   await closing;
   c.agent.destroy();
+});
+
+t.test('the spread tells the open connections one after another, oldest first, by the gateway clock', async (t) => {
+  const h = await startHarness(t, { drainSpreadMs: 60_000, drainIdleMs: 60_000 });
+  const key = await h.key();
+  const [a, b, c] = [connection(h), connection(h), connection(h)];
+  for (const x of [a, b, c]) t.equal((await x.send(key)).connection, 'keep-alive'); // accepted in this order
+  let told = false;
+  const closing = h.gateway.close(60_000, () => (told = true));
+  // Three connections over 60 s: a is due at once, b after 20 s, c after 40 s.
+  t.equal((await a.send(key)).connection, 'close', 'the oldest is told at once');
+  t.equal((await b.send(key)).connection, 'keep-alive', 'the second is not due yet');
+  t.equal((await c.send(key)).connection, 'keep-alive', 'nor the third');
+  h.clock.now += 20_000;
+  const bSocket = b.socket;
+  t.equal((await b.send(key)).connection, 'close', 'the second is told once its time comes');
+  t.equal((await c.send(key)).connection, 'keep-alive', 'the third still is not');
+  if (!bSocket.closed) await once(bSocket, 'close');
+  h.clock.now += 20_000;
+  t.equal((await c.send(key)).connection, 'close', 'the third is told at 40 s');
+  t.equal(told, false, 'the spread runs on its own timer: not over yet');
+  h.gateway.hurry();
+  await closing;
+  t.equal(told, true, 'a second signal ends the spread: every connection counts as told');
+  for (const x of [a, b, c]) x.agent.destroy();
+});
+
+t.test('once the spread is over every response says connection: close, and toldAll ran first', async (t) => {
+  // Two connections over 100 ms: the second is due at 50 ms by the schedule, but the harness clock
+  // stands still, so only the spread's end can tell it.
+  const h = await startHarness(t, { drainSpreadMs: 100, drainIdleMs: 60_000 });
+  const key = await h.key();
+  const [a, b] = [connection(h), connection(h)];
+  await a.send(key);
+  await b.send(key);
+  let toldAll!: () => void;
+  const told = new Promise<void>((resolve) => (toldAll = resolve));
+  const closing = h.gateway.close(60_000, () => toldAll());
+  await told;
+  t.equal((await b.send(key)).connection, 'close', 'told after the spread');
+  h.gateway.hurry();
+  await closing;
+  for (const x of [a, b]) x.agent.destroy();
 });
 
 t.test('a response not begun when the drain began says connection: close', async (t) => {

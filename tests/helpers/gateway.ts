@@ -84,6 +84,8 @@ export interface HarnessOptions {
   env?: Record<string, string>;
   upstreamTimeoutMs?: number;
   bodyTimeoutMs?: number;
+  /** How long a drain spreads its `connection: close` (the server's DRAIN_SPREAD_MS; 0 here by default: all at once). */
+  drainSpreadMs?: number;
   /** How long a drain keeps idle connections (the server's DRAIN_IDLE_MS; 50 ms here by default). */
   drainIdleMs?: number;
   /** Start the clock here (ms since the epoch); the harness clock is settable. */
@@ -154,6 +156,7 @@ export async function startHarness(t: Test, opts: HarnessOptions = {}): Promise<
   const gateway = await createGateway({
     config, store, counters, log, dataDir, now: () => clock.now, bodyTimeoutMs: opts.bodyTimeoutMs,
     // A teardown's drain need not wait for idle keep-alive connections (tests/e2e/drain.test.ts holds the real one).
+    drainSpreadMs: opts.drainSpreadMs ?? 0,
     drainIdleMs: opts.drainIdleMs ?? 50,
     // A timeout shorter than a second (SLUICE_UPSTREAM_TIMEOUT_S's unit) goes in past the reader.
     settings: Object.freeze({ ...readSettings(env), ...(opts.upstreamTimeoutMs === undefined ? {} : { upstreamTimeoutMs: opts.upstreamTimeoutMs }) }),
