@@ -170,13 +170,13 @@ export async function createGateway(opts: GatewayOptions) {
   /**
    * The soft drain, then the close (lib/lifecycle/drain.ts has the parts). Stops accepting (a
    * process sharing the listening socket takes the new connections); tells the connections open
-   * then `connection: close` one after another over `drainSpreadMs`, oldest first, each on its
-   * next response (or the one it is answering, if its head is still to be written), then
-   * `toldAll()` runs and every response says it; a connection left idle is closed after
-   * `drainIdleMs` (until then a request on it is still answered, with `connection: close`); open
-   * streams run to their end up to `graceMs` (or until hurry()). Streams still open then end as an
-   * upstream failure does (one error event of their dialect and a row, see proxy.interrupt);
-   * every row is flushed (or spooled) and all closes.
+   * then `connection: close` one after another over `drainSpreadMs`, oldest first (each on the
+   * next response it begins; the oldest also on one whose head is still to be written); then
+   * `toldAll()` runs and every response says it, those already begun included; a connection left
+   * idle is closed after `drainIdleMs` (until then a request on it is still answered, with
+   * `connection: close`); open streams run to their end up to `graceMs` (or until hurry()).
+   * Streams still open then end as an upstream failure does (one error event of their dialect and
+   * a row, see proxy.interrupt); every row is flushed (or spooled) and all closes.
    */
   async function drainAndClose(graceMs: number, toldAll: () => void): Promise<void> {
     const began = performance.now();
@@ -189,7 +189,10 @@ export async function createGateway(opts: GatewayOptions) {
     const spread = spreadSchedule(server.sockets, now(), drainSpreadMs, now);
     handler.drain(spread.closes);
     closeAfterResponse(server.sockets, spread.closes);
-    await pause(spread.lastDueMs, hurried);
+    // What is left of the grace bounds the spread. Not the idle time after it: closing idle
+    // connections sooner races the requests on their way (a reset each).
+    const left = () => Math.max(0, graceMs - (performance.now() - began));
+    await pause(Math.min(spread.lastDueMs, left()), hurried);
     handler.drain(closesAll);
     closeAfterResponse(server.sockets, closesAll);
     toldAll();
@@ -198,7 +201,7 @@ export async function createGateway(opts: GatewayOptions) {
     server.keepAliveTimeout = Math.max(1, drainIdleMs);
     if (connections > 0) await pause(drainIdleMs, hurried);
     server.closeIdleConnections();
-    await untilIdle(handler, Math.max(0, graceMs - (performance.now() - began)), hurried);
+    await untilIdle(handler, left(), hurried);
     if (proxy.open > 0) {
       log.warn({ open: proxy.open }, 'grace period over: ending the streams still open with an error event');
       proxy.interrupt();
