@@ -1,11 +1,14 @@
 // The warm-up a new process runs before it takes traffic, so its first requests are as fast as
 // its thousandth: V8 compiles the hot path only after it has run it (about 1,000 requests), and a
 // process that takes traffic cold answers its first streams several times slower. The burst goes
-// through a throwaway gateway built by the same code (createGateway, the real handler, plugins,
+// through throwaway gateways built by the same code (createGateway, the real handler, plugins,
 // proxy core and usage tap) against an in-process simulated router, with a store in a temporary
 // directory, counters of its own and a synthetic configuration: no row, no counter, no budget and
 // no key of the real deployment is touched. The code it warms is the real gateway's: V8 keeps
 // compiled code and type feedback per function literal, shared by every closure made from it.
+// What V8 learns from one gateway and one kind of client it unlearns at the first real request
+// (another gateway's closures, other headers: a deoptimization each), so half the burst goes
+// through each of two gateways and the requests take turns among six header sets.
 
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
@@ -29,7 +32,6 @@ const PARALLEL = 8;
  * every client connection to the new process at once, and accepting them is hot path too.
  */
 const NEW_CONNECTION_EVERY = 4;
-
 /**
  * A configuration of one profile with room for every request, and tiers the simulated router
  * serves, read from files by the same loader as the real one: its objects then have the shapes the
@@ -86,14 +88,30 @@ function requestOf(i: number): { path: string; body: string } {
   }
 }
 
-function send(agent: http.Agent, port: number, key: string, r: { path: string; body: string }, close: boolean): Promise<void> {
+/**
+ * The header sets the requests take in turn, each in its own order, as different clients send them
+ * (an SDK, Claude Code, curl, a front proxy): the header objects the real traffic brings then meet
+ * code that has seen several shapes, not code compiled for one shape, which V8 throws away at the
+ * first new one (a deoptimization on the first real request, measured with --trace-deopt).
+ */
+function headersOf(i: number, key: string, length: number): Record<string, string | number> {
+  const auth = { authorization: `Bearer ${key}` };
+  switch (i % 6) {
+    case 0: return { 'content-type': 'application/json', ...auth, 'x-api-key': key, 'content-length': length };
+    case 1: return { ...auth, 'content-type': 'application/json', accept: 'application/json', 'user-agent': 'OpenAI/JS 6.0.0', 'x-stainless-retry-count': '0', 'content-length': length };
+    case 2: return { 'x-api-key': key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json', 'user-agent': 'claude-cli/2.0.0 (external, cli)', 'content-length': length };
+    case 3: return { 'user-agent': 'curl/8.5.0', accept: '*/*', ...auth, 'content-type': 'application/json', 'content-length': length };
+    case 4: return { 'x-forwarded-for': '127.0.0.1', 'x-real-ip': '127.0.0.1', 'content-length': length, 'content-type': 'application/json', ...auth };
+    default: return { 'content-length': length, ...auth, 'content-type': 'application/json', 'accept-encoding': 'gzip', 'x-request-id': `warm-up-${i}` };
+  }
+}
+
+function send(agent: http.Agent, port: number, key: string, i: number, close: boolean): Promise<void> {
+  const r = requestOf(i);
   return new Promise((resolve, reject) => {
     const req = http.request({
       host: '127.0.0.1', port, method: 'POST', path: r.path, agent,
-      headers: {
-        'content-type': 'application/json', authorization: `Bearer ${key}`, 'x-api-key': key, 'content-length': Buffer.byteLength(r.body),
-        ...(close ? { connection: 'close' } : {}),
-      },
+      headers: { ...headersOf(i, key, Buffer.byteLength(r.body)), ...(close ? { connection: 'close' } : {}) },
     }, (res) => {
       res.resume();
       res.once('end', () => (res.statusCode === 200 ? resolve() : reject(new Error(`warm-up request answered ${res.statusCode}`))));
@@ -105,7 +123,7 @@ function send(agent: http.Agent, port: number, key: string, r: { path: string; b
 }
 
 /**
- * Runs `requests` synthetic requests through a throwaway gateway and tears everything down.
+ * Runs `requests` synthetic requests through two throwaway gateways and tears everything down.
  * Resolves with how many were answered 200 and how long it took; throws only what building the
  * throwaway gateway threw (the caller starts cold then).
  */
@@ -113,13 +131,33 @@ export async function warmUp(requests: number): Promise<{ ok: number; ms: number
   const started = performance.now();
   const dir = mkdtempSync(join(tmpdir(), 'sluice-warmup-'));
   const sim = await startSimulatedRouter({ record: false });
+  let ok = 0;
+  try {
+    const config = warmupConfig(sim.url, join(dir, 'config'));
+    // Two throwaway gateways, each for half the requests. The real one's closures (its plugins',
+    // its proxy's hooks) are other functions than either's: a call site that saw only one
+    // gateway's would be compiled for that one function and thrown away at the real one's first
+    // call; having seen two of the same code, it is compiled for the code (--trace-deopt).
+    for (let half = 0; half < 2; half++) {
+      const count = half === 0 ? Math.ceil(requests / 2) : Math.floor(requests / 2);
+      ok += await warmOne(config, join(dir, `store-${half}`), count, half * Math.ceil(requests / 2));
+    }
+  } finally {
+    await sim.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+  return { ok, ms: Math.round(performance.now() - started) };
+}
+
+/** `requests` requests, the first numbered `first`, through a gateway of their own; how many were answered 200. */
+async function warmOne(config: Config, dir: string, requests: number, first: number): Promise<number> {
+  mkdirSync(dir);
   const counters = new MemoryCounters();
   const store = await openStore({ dataDir: dir });
   const agent = new http.Agent({ keepAlive: true, maxSockets: PARALLEL });
   let gateway: Gateway | undefined;
   let ok = 0;
   try {
-    const config = warmupConfig(sim.url, join(dir, 'config'));
     const settings = {
       ...readSettings({}), upstreamKeyVars: { SLUICE_UPSTREAM_KEY_WARMUP: UPSTREAM_KEY }, usageRefreshMs: 0, reconcilePollMs: 0, dataDir: dir,
     };
@@ -133,9 +171,9 @@ export async function warmUp(requests: number): Promise<{ ok: number; ms: number
     let next = 0;
     const worker = async () => {
       while (next < requests) {
-        const i = next++;
+        const i = first + next++;
         try {
-          await send(agent, port, key, requestOf(i), i % NEW_CONNECTION_EVERY === 0);
+          await send(agent, port, key, i, i % NEW_CONNECTION_EVERY === 0);
           ok++;
         } catch {
           // A failed warm-up request warms less; it never stops the start.
@@ -148,8 +186,6 @@ export async function warmUp(requests: number): Promise<{ ok: number; ms: number
     await gateway?.close(0);
     await counters.close();
     await store.close();
-    await sim.close();
-    rmSync(dir, { recursive: true, force: true });
   }
-  return { ok, ms: Math.round(performance.now() - started) };
+  return ok;
 }

@@ -160,7 +160,7 @@ export async function startBackings(t: Test, opts: { extraProfiles?: string } = 
     // The tests play a front proxy on loopback: client addresses arrive as X-Forwarded-For.
     SLUICE_TRUSTED_PROXIES: '127.0.0.1',
     SLUICE_SHUTDOWN_GRACE_S: '2',
-    // The warm-up is held by tests/e2e/warmup.test.ts; these tests start many processes.
+    // The warm-up is held by tests/cli/serve.test.ts; these tests start many processes.
     SLUICE_WARMUP_REQUESTS: '0',
     SLUICE_UPSTREAM_KEY_DEV: UPSTREAM_KEYS.dev,
     SLUICE_UPSTREAM_KEY_ASSISTANT: UPSTREAM_KEYS.assistant,
