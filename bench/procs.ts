@@ -53,6 +53,7 @@ export async function startSim(): Promise<Proc> {
 export interface Sluice extends Proc {
   key: string;
   dataDir: string;
+  configDir: string;
   /** SIGTERM (open streams finish, rows flushed); resolves with the exit code. */
   stop(): Promise<number | null>;
   /** Rows in its embedded store by `run` label (read after stop()). */
@@ -80,22 +81,19 @@ ${sessionDailyUsd === undefined ? '' : `    session_daily_usd: ${sessionDailyUsd
 
 
 /** One profile whose limits never bind, pointing at the sim; `sluice serve` on the embedded store. */
-export async function startSluice(sim: Proc, o: { nodeFlags?: string[]; env?: NodeJS.ProcessEnv; logLevel?: string } = {}): Promise<Sluice> {
-  const configDir = benchConfig(sim.origin, 'fast');
-  const dataDir = tempDir('data');
+export async function startSluice(sim: Proc, o: { nodeFlags?: string[]; env?: NodeJS.ProcessEnv; logLevel?: string; restartOf?: Sluice } = {}): Promise<Sluice> {
+  const configDir = o.restartOf?.configDir ?? benchConfig(sim.origin, 'fast');
+  const dataDir = o.restartOf?.dataDir ?? tempDir('data');
   // Loopback is the front proxy here (as docs/configuration.md says to set it behind one on the host).
   const env: NodeJS.ProcessEnv = { SLUICE_TRUSTED_PROXIES: '127.0.0.1', ...process.env, ...o.env, SLUICE_DATA_DIR: dataDir, SLUICE_UPSTREAM_KEY_BENCHMARK: UPSTREAM_KEY, SLUICE_LOG_LEVEL: o.logLevel ?? 'warn' };
   for (const k of ['SLUICE_DATABASE_URL', 'SLUICE_REDIS_URL', 'SLUICE_CONFIG_DIR']) delete env[k];
-  const mint = run(['cli/sluice.ts', 'keys', 'create', '--profile', 'benchmark', '--name', 'bench', '--config', configDir], env);
-  const [code] = await once(mint.proc, 'exit');
-  const key = mint.output().split('\n').find((l) => /^sluice_benchmark_[A-Za-z0-9]{32}$/.test(l));
-  if (code !== 0 || !key) throw new Error(`keys create failed (${code}):\n${mint.output()}`);
+  const key = o.restartOf?.key ?? await mintKey(configDir, env);
   const port = await freePort();
   const origin = `http://127.0.0.1:${port}`;
   const p = run(['cli/sluice.ts', 'serve', '--config', configDir, '--listen', `127.0.0.1:${port}`], env, [...serveNodeFlags(), ...(o.nodeFlags ?? [])]);
   await waitFor('sluice', p, async () => (await fetch(`${origin}/health`)).ok);
   return {
-    ...p, origin, key, dataDir,
+    ...p, origin, key, dataDir, configDir,
     async stop() {
       if (p.proc.exitCode !== null) return p.proc.exitCode;
       const exited = once(p.proc, 'exit');
@@ -113,6 +111,15 @@ export async function startSluice(sim: Proc, o: { nodeFlags?: string[]; env?: No
       }
     },
   };
+}
+
+/** A key of the `benchmark` profile, minted by `sluice keys create`. */
+async function mintKey(configDir: string, env: NodeJS.ProcessEnv): Promise<string> {
+  const mint = run(['cli/sluice.ts', 'keys', 'create', '--profile', 'benchmark', '--name', 'bench', '--config', configDir], env);
+  const [code] = await once(mint.proc, 'exit');
+  const key = mint.output().split('\n').find((l) => /^sluice_benchmark_[A-Za-z0-9]{32}$/.test(l));
+  if (code !== 0 || !key) throw new Error(`keys create failed (${code}):\n${mint.output()}`);
+  return key;
 }
 
 /** A forked load generator (bench/stream-load.ts, or bench/load.ts for npm run bench) taking one job at a time over IPC. */
