@@ -6,7 +6,7 @@
 // response.
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { BlockList } from 'node:net';
+import type { BlockList, Socket } from 'node:net';
 import type { Logger } from 'pino';
 import type { Metrics } from './board/metrics.ts';
 import type { Health } from './board/types.ts';
@@ -14,7 +14,6 @@ import { budgetHeadersOn, budgetReport, setBudgetHeaders, type BudgetReader } fr
 import { canonicalIp, clientIp, inList } from './client-ip.ts';
 import { checkChain, newContext, type AnyPlugin, type Ctx, type ProfiledCtx, type ReadCtx } from './context.ts';
 import { GatewayError, renderError, type Dialect } from './errors.ts';
-import type { Closes } from './lifecycle/drain.ts';
 import { ALL_V1, ROUTE_TABLE, type Route } from './routes.ts';
 import type { RequestTracer } from './trace/request.ts';
 
@@ -91,6 +90,9 @@ class Where {
     this.dialect = this.def?.dialect ?? guessDialect(req, this.path);
   }
 }
+
+/** During a drain: whether a response begun now on this connection says `connection: close` (lib/lifecycle/drain.ts makes them). */
+export type Closes = (socket: Socket) => boolean;
 
 export function createHandler(opts: HandlerOptions) {
   const { routes, operatorRoutes, metrics, log, modelsBody, trustedProxies } = opts;

@@ -8,6 +8,7 @@
 
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import type { Closes } from '../handler.ts';
 
 /**
  * How long a draining process spreads the `connection: close` of the connections it had open: the
@@ -28,9 +29,6 @@ export const DRAIN_IDLE_MS = 2_000;
 
 /** A socket of the server, with the response Node is writing on it (node:http's own field, read by clientError too). */
 export type HttpSocket = Socket & { _httpMessage?: ServerResponse | null };
-
-/** Whether a response on this connection, begun now, must say `connection: close`. */
-export type Closes = (socket: Socket) => boolean;
 
 export const closesAll: Closes = () => true;
 
