@@ -13,8 +13,8 @@ import type { Closes } from '../handler.ts';
 /**
  * How long a draining process spreads the `connection: close` of the connections it had open: the
  * i-th of n (oldest first) is told from i/n of it on. A second spreads a front proxy's hundred
- * connections 10 ms apart; under 700 requests a second over 32 connections the new process took
- * its first requests one connection at a time instead of 32 at once (docs/benchmarks.md).
+ * connections 10 ms apart; under 700 requests a second over 32 connections the new process's
+ * first 20 requests took a median 2.8× the steady p50 instead of 14× (docs/benchmarks.md).
  */
 export const DRAIN_SPREAD_MS = 1_000;
 
@@ -30,6 +30,7 @@ export const DRAIN_IDLE_MS = 2_000;
 /** A socket of the server, with the response Node is writing on it (node:http's own field, read by clientError too). */
 export type HttpSocket = Socket & { _httpMessage?: ServerResponse | null };
 
+/** Once the spread is over: every connection is told. */
 export const closesAll: Closes = () => true;
 
 /**

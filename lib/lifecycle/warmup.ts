@@ -32,6 +32,7 @@ const PARALLEL = 8;
  * every client connection to the new process at once, and accepting them is hot path too.
  */
 const NEW_CONNECTION_EVERY = 4;
+
 /**
  * A configuration of one profile with room for every request, and tiers the simulated router
  * serves, read from files by the same loader as the real one: its objects then have the shapes the
