@@ -26,6 +26,7 @@ const BODY = JSON.stringify({ model: MODEL, max_tokens: 64, messages: [{ role: '
 
 /** The send time of each request, by its x-seq header (undici's diagnostics channel). */
 const waiting = new Map<number, Sample>();
+let nextId = 0;
 diagnostics.subscribe('undici:client:sendHeaders', (m: any) => {
   const at = typeof m.headers === 'string' ? m.headers.indexOf('x-seq: ') : -1;
   const s = at < 0 ? undefined : waiting.get(Number.parseInt(m.headers.slice(at + 7), 10));
@@ -43,7 +44,7 @@ async function round(origin: string, path: string, auth: string, rate: number, s
     const wait = due - performance.now();
     if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
     const s: Sample = { due };
-    const id = waiting.size + seq * 1000 + Math.floor(Math.random() * 1000);
+    const id = nextId++;
     waiting.set(id, s);
     pending.push(pool.request({ path, method: 'POST', headers: { authorization: auth, 'content-type': 'application/json', 'x-seq': String(id) }, body: BODY })
       .then(async (r) => {
@@ -70,8 +71,14 @@ async function main(): Promise<void> {
   await round(first.origin, '/v1/chat/completions', `Bearer ${first.key}`, 10, 1);
   await first.stop();
   const s = await startSluice(sim, { restartOf: first, nodeFlags: ['--trace-deopt'] });
+  // Counted line by line from here (the process is ready): a line cut between two chunks counts once.
   let deopts = 0;
-  s.proc.stdout!.on('data', (c: string) => (deopts += c.split('[bailout (').length - 1));
+  let rest = '';
+  s.proc.stdout!.on('data', (c: string) => {
+    const lines = (rest + c).split('\n');
+    rest = lines.pop()!;
+    for (const l of lines) if (l.startsWith('[bailout (')) deopts++;
+  });
   log(`restarted: pid ${s.pid}`);
   const rows: string[] = [];
   for (let r = 0; r < ROUNDS; r++) {
@@ -79,7 +86,8 @@ async function main(): Promise<void> {
     const samples = (await round(s.origin, '/v1/chat/completions', `Bearer ${s.key}`, RATE, SECONDS)).sort((a, b) => a.due - b.due);
     const first20 = samples.slice(0, 20);
     const lastSecond = samples.filter((x) => x.due - samples[0]!.due >= (SECONDS - 1) * 1000);
-    rows.push(`| ${r + 1} | ${f(p50(first20.map((x) => x.ms!)))} | ${f(p50(first20.map((x) => x.ms! - ((x.sentAt ?? x.due) - x.due))))} | ${f(p50(lastSecond.map((x) => x.ms!)))} | ${deopts - before} |`);
+    if (first20.some((x) => x.sentAt === undefined)) throw new Error('a request went out unseen by the diagnostics channel');
+    rows.push(`| ${r + 1} | ${f(p50(first20.map((x) => x.ms!)))} | ${f(p50(first20.map((x) => x.ms! - (x.sentAt! - x.due))))} | ${f(p50(lastSecond.map((x) => x.ms!)))} | ${deopts - before} |`);
   }
   await s.stop();
   process.stdout.write(`\nA restarted sluice taking ${RATE} req/s at once over ${CONNECTIONS} new connections, ${SECONDS} s a round (deoptimizations since ready: ${deopts})\n\n`);

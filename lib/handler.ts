@@ -205,7 +205,7 @@ export function createHandler(opts: HandlerOptions) {
      * The drain: every request from now on on a connection `which` names is answered with
      * `connection: close` (Node then closes the connection once the response is sent); called
      * again as the drain goes on (lib/lifecycle/drain.ts). Those already being answered are told
-     * by the server (lib/server.ts, closeAfterResponse), which knows the connections.
+     * by the server (closeAfterResponse in lib/lifecycle/drain.ts), which knows the connections.
      */
     drain(which: Closes): void {
       closes = which;

@@ -184,22 +184,22 @@ export async function createGateway(opts: GatewayOptions) {
     // at once, racing the request a client or front proxy may be sending on it (a reset, which
     // nginx turns into a 502 for a POST). The connections stay; the listening handle goes.
     const closed = new Promise<void>((resolve) => net.Server.prototype.close.call(server, () => resolve()));
-    const connections = server.sockets.size;
     const reconcileStopped = reconcile.stop();
     const spread = spreadSchedule(server.sockets, now(), drainSpreadMs, now);
     handler.drain(spread.closes);
     closeAfterResponse(server.sockets, spread.closes);
-    // What is left of the grace bounds the spread. Not the idle time after it: closing idle
-    // connections sooner races the requests on their way (a reset each).
+    // The spread and the idle time after it fit in the grace, the spread giving way: a grace
+    // shorter than the idle time tells every connection at once, as before the spread. The idle
+    // time does not give way: closing idle connections sooner races the requests on their way.
     const left = () => Math.max(0, graceMs - (performance.now() - began));
-    await pause(Math.min(spread.lastDueMs, left()), hurried);
+    await pause(Math.min(spread.lastDueMs, Math.max(0, left() - drainIdleMs)), hurried);
     handler.drain(closesAll);
     closeAfterResponse(server.sockets, closesAll);
     toldAll();
     await reconcileStopped;
     // A connection a response ends from now on closes after this idle time, not the keep-alive timeout.
     server.keepAliveTimeout = Math.max(1, drainIdleMs);
-    if (connections > 0) await pause(drainIdleMs, hurried);
+    if (server.sockets.size > 0) await pause(drainIdleMs, hurried);
     server.closeIdleConnections();
     await untilIdle(handler, left(), hurried);
     if (proxy.open > 0) {

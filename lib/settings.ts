@@ -130,7 +130,7 @@ export const SETTINGS = {
   upstreamTimeoutMs: variable('SLUICE_UPSTREAM_TIMEOUT_S', seconds('a positive number of seconds', (n) => n > 0), '300', 'longest wait for upstream headers, and longest silence inside a stream'),
   keyCacheTtlMs: variable('SLUICE_KEY_CACHE_TTL_S', seconds('a number of seconds from 0 to 60', (n) => n >= 0 && n <= 60), '60', 'how long a key lookup is cached (how soon a revocation bites)'),
   shutdownGraceMs: variable('SLUICE_SHUTDOWN_GRACE_S', seconds('a number of seconds, 0 or more', (n) => n >= 0), '600', 'how long open streams may run on after SIGTERM (the drain; keep the unit\'s TimeoutStopSec above it)'),
-  warmupRequests: variable('SLUICE_WARMUP_REQUESTS', whole('a whole number of requests (0: no warm-up)', 0), '1000', 'synthetic requests through a throwaway gateway before the server takes traffic, so its first requests are as fast as the rest (0: none)'),
+  warmupRequests: variable('SLUICE_WARMUP_REQUESTS', whole('a whole number of requests (0: no warm-up)', 0), '1000', 'synthetic requests through two throwaway gateways before the server takes traffic, so its first requests are as fast as the rest (0: none)'),
   logLevel: variable('SLUICE_LOG_LEVEL', oneOf(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']), 'info', 'the log level'),
   requestRetentionDays: optional('SLUICE_REQUEST_RETENTION_DAYS', whole('a whole number of days, 1 or more', 1), null, 'days of raw request rows kept; unset: all'),
 };

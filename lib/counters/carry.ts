@@ -1,6 +1,7 @@
 // Carrying the embedded counters (MemoryCounters) across a restart and an overlapping upgrade,
 // through one file, `carry/counters.json` in the data directory: a CountersSnapshot written whole
-// (a temporary file, then a rename) by a process when its drain begins and once more when it exits.
+// (a temporary file, then a rename) by a process when its drain begins, once it has told every
+// connection to close (lib/lifecycle/drain.ts), and once more when it exits.
 // A process starting reads it before it takes traffic; from then on it watches that folder and
 // merges each newer snapshot another process writes. It owns the bases of those merges: what
 // each writer's counts already held here, so no point is added twice (see MemoryCounters.absorb).
@@ -131,7 +132,7 @@ export class CounterCarry {
     this.log.info({ from: snap.pid, seq: snap.seq, ...absorbed }, 'counters merged from the previous process');
   }
 
-  /** Writes this process's counts now (the drain's start, the exit). A failure is logged. */
+  /** Writes this process's counts now (the drain's start, the spread's end, the exit). A failure is logged. */
   write(): void {
     const tmp = `${this.file}.${this.pid}.tmp`;
     try {

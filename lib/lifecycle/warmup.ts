@@ -112,7 +112,8 @@ function send(agent: http.Agent, port: number, key: string, i: number, close: bo
   return new Promise((resolve, reject) => {
     const req = http.request({
       host: '127.0.0.1', port, method: 'POST', path: r.path, agent,
-      headers: { ...headersOf(i, key, Buffer.byteLength(r.body)), ...(close ? { connection: 'close' } : {}) },
+      // Every header set meets every route, streamed and not (requestOf turns with i % 6 too).
+      headers: { ...headersOf(Math.floor(i / 6), key, Buffer.byteLength(r.body)), ...(close ? { connection: 'close' } : {}) },
     }, (res) => {
       res.resume();
       res.once('end', () => (res.statusCode === 200 ? resolve() : reject(new Error(`warm-up request answered ${res.statusCode}`))));

@@ -24,7 +24,7 @@ const ROOT = join(import.meta.dirname, '../..');
  * - auto: the decision model's call (it reads usage with the proxy's tap); deps: the types plugins see.
  * - board: the summary, page and metrics (reads the store, the budget, the IP block's state through admission).
  * - plugins: the chain (readers of admission, the budget, the catalog; the board needs none of them).
- * - handler: one request; server: the wiring, and its lifecycle (lib/lifecycle/: systemd's socket and readiness, the warm-up through a throwaway gateway); cli: the commands.
+ * - handler: one request; server: the wiring, and its lifecycle (lib/lifecycle/: systemd's socket and readiness, the warm-up through throwaway gateways, the drain's parts); cli: the commands.
  */
 export const RANKS: Array<[rank: number, prefixes: string[]]> = [
   [0, ['lib/errors.ts', 'lib/log.ts', 'lib/config.ts', 'lib/settings.ts', 'lib/keys.ts', 'lib/json-scan.ts', 'lib/request-body.ts', 'lib/client-ip.ts', 'lib/thinking-budget.ts', 'lib/paid-extras.ts', 'lib/intake.ts', 'lib/routes.ts', 'lib/sim/']],

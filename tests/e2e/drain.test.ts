@@ -84,7 +84,8 @@ t.test('the spread tells the open connections one after another, oldest first, b
   const [a, b, c] = [connection(h), connection(h), connection(h)];
   for (const x of [a, b, c]) t.equal((await x.send(key)).connection, 'keep-alive'); // accepted in this order
   let told = false;
-  const closing = h.gateway.close(60_000, () => (told = true));
+  // A grace of 120 s leaves room for the spread and the 60 s idle time after it.
+  const closing = h.gateway.close(120_000, () => (told = true));
   // Three connections over 60 s: a is due at once, b after 20 s, c after 40 s.
   t.equal((await a.send(key)).connection, 'close', 'the oldest is told at once');
   t.equal((await b.send(key)).connection, 'keep-alive', 'the second is not due yet');
@@ -103,19 +104,41 @@ t.test('the spread tells the open connections one after another, oldest first, b
   for (const x of [a, b, c]) x.agent.destroy();
 });
 
-t.test('once the spread is over every response says connection: close, and toldAll ran first', async (t) => {
+t.test('once the spread is over every response says connection: close, those still to be written included', async (t) => {
   // Two connections over 100 ms: the second is due at 50 ms by the schedule, but the harness clock
-  // stands still, so only the spread's end can tell it.
+  // stands still, so only the spread's end can tell it. Its response still to be written when the
+  // spread ends is told then; a second signal ends it before the router answers (a 503).
   const h = await startHarness(t, { drainSpreadMs: 100, drainIdleMs: 60_000 });
   const key = await h.key();
   const [a, b] = [connection(h), connection(h)];
   await a.send(key);
   await b.send(key);
+  const seen = once(h.sim.events, 'request');
+  const pending = b.send(key, { sim: 'delay-ms=60000' });
+  await seen;
   let toldAll!: () => void;
   const told = new Promise<void>((resolve) => (toldAll = resolve));
-  const closing = h.gateway.close(60_000, () => toldAll());
+  const closing = h.gateway.close(120_000, () => toldAll());
   await told;
-  t.equal((await b.send(key)).connection, 'close', 'told after the spread');
+  h.gateway.hurry();
+  const r = await pending;
+  t.equal(r.status, 503, 'the second signal ended it before its head');
+  t.equal(r.connection, 'close', 'told at the spread\'s end, though not due by the schedule');
+  await closing;
+  for (const x of [a, b]) x.agent.destroy();
+});
+
+t.test('a grace no longer than the idle time leaves no room for a spread: every connection is told at once', async (t) => {
+  const h = await startHarness(t, { drainSpreadMs: 60_000, drainIdleMs: 60_000 });
+  const key = await h.key();
+  const [a, b] = [connection(h), connection(h)];
+  await a.send(key);
+  await b.send(key);
+  let told = false;
+  const closing = h.gateway.close(60_000, () => (told = true));
+  const r = await b.send(key);
+  t.equal(r.connection, 'close', 'the second connection, due after 30 s by the schedule, is told at once');
+  t.equal(told, true, 'toldAll ran before that request was answered');
   h.gateway.hurry();
   await closing;
   for (const x of [a, b]) x.agent.destroy();
