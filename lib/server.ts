@@ -22,7 +22,7 @@ import { canonicalIp, inList, ipBlockBucket } from './client-ip.ts';
 import type { Config } from './config.ts';
 import type { Counters } from './counters/counters.ts';
 import type { Deps } from './deps.ts';
-import { createHandler, routeTable } from './handler.ts';
+import { createHandler, routeTable, type Closes } from './handler.ts';
 import { KeyCache } from './key-cache.ts';
 import { closeAfterResponse, closesAll, DRAIN_IDLE_MS, DRAIN_SPREAD_MS, pause, spreadSchedule, untilIdle, type HttpSocket } from './lifecycle/drain.ts';
 import { createProxy } from './proxy/index.ts';
@@ -185,16 +185,19 @@ export async function createGateway(opts: GatewayOptions) {
     // nginx turns into a 502 for a POST). The connections stay; the listening handle goes.
     const closed = new Promise<void>((resolve) => net.Server.prototype.close.call(server, () => resolve()));
     const reconcileStopped = reconcile.stop();
+    // Responses from now on are told by the handler, those already begun here.
+    const tell = (closes: Closes) => {
+      handler.drain(closes);
+      closeAfterResponse(server.sockets, closes);
+    };
     const spread = spreadSchedule(server.sockets, now(), drainSpreadMs, now);
-    handler.drain(spread.closes);
-    closeAfterResponse(server.sockets, spread.closes);
+    tell(spread.closes);
     // The spread and the idle time after it fit in the grace, the spread giving way: a grace
     // shorter than the idle time tells every connection at once, as before the spread. The idle
     // time does not give way: closing idle connections sooner races the requests on their way.
     const left = () => Math.max(0, graceMs - (performance.now() - began));
     await pause(Math.min(spread.lastDueMs, Math.max(0, left() - drainIdleMs)), hurried);
-    handler.drain(closesAll);
-    closeAfterResponse(server.sockets, closesAll);
+    tell(closesAll);
     toldAll();
     await reconcileStopped;
     // A connection a response ends from now on closes after this idle time, not the keep-alive timeout.
