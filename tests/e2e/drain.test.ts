@@ -45,6 +45,13 @@ function connection(h: Harness) {
   };
 }
 
+/** `n` keep-alive connections, each opened by one answered request, one after another (so accepted in this order). */
+async function opened(h: Harness, key: string, n: number): Promise<Array<ReturnType<typeof connection>>> {
+  const conns = Array.from({ length: n }, () => connection(h));
+  for (const c of conns) await c.send(key);
+  return conns;
+}
+
 function refused(h: Harness): Promise<string> {
   return new Promise((resolve) => {
     const s = net.connect(Number(new URL(h.url).port), '127.0.0.1');
@@ -110,9 +117,7 @@ t.test('once the spread is over every response says connection: close, those sti
   // spread ends is told then; a second signal ends it before the router answers (a 503).
   const h = await startHarness(t, { drainSpreadMs: 100, drainIdleMs: 60_000 });
   const key = await h.key();
-  const [a, b] = [connection(h), connection(h)];
-  await a.send(key);
-  await b.send(key);
+  const [a, b] = await opened(h, key, 2);
   const seen = once(h.sim.events, 'request');
   const pending = b.send(key, { sim: 'delay-ms=60000' });
   await seen;
@@ -131,9 +136,7 @@ t.test('once the spread is over every response says connection: close, those sti
 t.test('a grace no longer than the idle time leaves no room for a spread: every connection is told at once', async (t) => {
   const h = await startHarness(t, { drainSpreadMs: 60_000, drainIdleMs: 60_000 });
   const key = await h.key();
-  const [a, b] = [connection(h), connection(h)];
-  await a.send(key);
-  await b.send(key);
+  const [a, b] = await opened(h, key, 2);
   let told = false;
   const closing = h.gateway.close(60_000, () => (told = true));
   const r = await b.send(key);
