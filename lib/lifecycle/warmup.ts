@@ -3,12 +3,14 @@
 // process that takes traffic cold answers its first streams several times slower. The burst goes
 // through throwaway gateways built by the same code (createGateway, the real handler, plugins,
 // proxy core and usage tap) against an in-process simulated router, with a store in a temporary
-// directory, counters of its own and a synthetic configuration: no row, no counter, no budget and
-// no key of the real deployment is touched. The code it warms is the real gateway's: V8 keeps
+// directory, counters of its own and a synthetic configuration, under the deployment's settings
+// (its trusted proxies, timeouts and connection caps take the same paths): no row, no counter, no
+// budget and no key of the real deployment is touched. The code it warms is the real gateway's: V8 keeps
 // compiled code and type feedback per function literal, shared by every closure made from it.
 // What V8 learns from one gateway and one kind of client it unlearns at the first real request
-// (another gateway's closures, other headers: a deoptimization each), so half the burst goes
-// through each of two gateways and the requests take turns among six header sets.
+// (another gateway's closures, other headers, other bodies: a deoptimization each), so half the
+// burst goes through each of two gateways, the requests take turns among six header sets, and
+// their bodies differ the way clients' do.
 
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
@@ -20,7 +22,7 @@ import { displayPrefix, generateKey, hashKey, parseKey } from '../keys.ts';
 import { createLogger } from '../log.ts';
 import { startSimulatedRouter } from '../sim/index.ts';
 import { createGateway, type Gateway } from '../server.ts';
-import { readSettings } from '../settings.ts';
+import type { Settings } from '../settings.ts';
 import { openStore } from '../store/open.ts';
 
 const PROFILE = 'warmup';
@@ -69,23 +71,37 @@ auto:
   return loadConfig(dir);
 }
 
-/** The i-th request of the burst: the three dialects, streamed and not, with a system turn and tools now and then. */
+/**
+ * The i-th request of the burst: the three dialects, streamed, not streamed and silent on it, the
+ * model as a tier alias, as the router's own id or as a Claude name, the members in more than one
+ * order, with a system turn, tools, a user and metadata now and then. A body's members make its
+ * hidden class: code that has met one layout only is thrown away at the first real body of
+ * another (--trace-deopt), and real clients differ most in what they leave out and where.
+ */
 function requestOf(i: number): { path: string; body: string } {
-  const stream = i % 2 === 0;
+  const v = Math.floor(i / 3);
+  const stream = v % 3 === 0 ? { stream: true } : v % 3 === 1 ? { stream: false } : {};
   const user = { role: 'user', content: `warm-up ${i}` };
   switch (i % 3) {
-    case 0:
-      return { path: '/v1/chat/completions', body: JSON.stringify({ model: 'sluice/fast', stream, messages: [{ role: 'system', content: 'be brief' }, user], max_tokens: 64 }) };
-    case 1:
-      return {
-        path: '/v1/messages',
-        body: JSON.stringify({
-          model: 'claude-sonnet-4-5', stream, max_tokens: 64, system: [{ type: 'text', text: 'be brief' }], messages: [user],
-          ...(i % 4 === 1 ? { tools: [{ name: 'read', input_schema: { type: 'object' }, strict: true }] } : {}),
-        }),
-      };
-    default:
-      return { path: '/v1/responses', body: JSON.stringify({ model: 'sluice/agent', stream, input: [user], max_output_tokens: 64, store: false }) };
+    case 0: {
+      const model = v % 2 === 0 ? 'sluice/fast' : 'google/gemini-2.5-flash';
+      const messages = v % 4 < 2 ? [{ role: 'system', content: 'be brief' }, user] : [user];
+      const body = v % 5 < 2 ? { model, ...stream, messages, max_tokens: 64 } : { messages, model, max_tokens: 64, ...(v % 5 === 2 ? { user: `dev-${v % 7}` } : {}), ...stream };
+      return { path: '/v1/chat/completions', body: JSON.stringify(body) };
+    }
+    case 1: {
+      const model = v % 2 === 0 ? 'claude-sonnet-4-5' : 'sluice/agent';
+      const tools = v % 4 === 1 ? { tools: [{ name: 'read', input_schema: { type: 'object' }, strict: true }] } : {};
+      const body = v % 5 < 3
+        ? { model, max_tokens: 64, ...stream, system: [{ type: 'text', text: 'be brief' }], messages: [user], ...tools }
+        : { model, messages: [user], ...tools, ...(v % 5 === 3 ? { metadata: { user_id: `user_${v % 7}` } } : {}), max_tokens: 64, ...stream };
+      return { path: '/v1/messages', body: JSON.stringify(body) };
+    }
+    default: {
+      const model = v % 2 === 0 ? 'sluice/agent' : 'openai/gpt-4.1-mini';
+      const body = v % 5 < 3 ? { model, ...stream, input: [user], max_output_tokens: 64, store: false } : { model, input: `warm-up ${i}`, ...stream, store: false };
+      return { path: '/v1/responses', body: JSON.stringify(body) };
+    }
   }
 }
 
@@ -129,7 +145,7 @@ function send(agent: http.Agent, port: number, key: string, i: number, close: bo
  * Resolves with how many were answered 200 and how long it took; throws only what building the
  * throwaway gateway threw (the caller starts cold then).
  */
-export async function warmUp(requests: number): Promise<{ ok: number; ms: number }> {
+export async function warmUp(requests: number, deployment: Settings): Promise<{ ok: number; ms: number }> {
   const started = performance.now();
   const dir = mkdtempSync(join(tmpdir(), 'sluice-warmup-'));
   const sim = await startSimulatedRouter({ record: false });
@@ -141,8 +157,8 @@ export async function warmUp(requests: number): Promise<{ ok: number; ms: number
     // gateway's would be compiled for that one function and thrown away at the real one's first
     // call; having seen two of the same code, it is compiled for the code (--trace-deopt).
     const half = Math.ceil(requests / 2);
-    ok += await warmOne(config, join(dir, 'store-1'), 0, half);
-    ok += await warmOne(config, join(dir, 'store-2'), half, requests);
+    ok += await warmOne(config, deployment, join(dir, 'store-1'), 0, half);
+    ok += await warmOne(config, deployment, join(dir, 'store-2'), half, requests);
   } finally {
     await sim.close();
     rmSync(dir, { recursive: true, force: true });
@@ -151,7 +167,7 @@ export async function warmUp(requests: number): Promise<{ ok: number; ms: number
 }
 
 /** Requests `from` to `to` (not included) through a gateway of their own; how many were answered 200. */
-async function warmOne(config: Config, dir: string, from: number, to: number): Promise<number> {
+async function warmOne(config: Config, deployment: Settings, dir: string, from: number, to: number): Promise<number> {
   mkdirSync(dir);
   const counters = new MemoryCounters();
   const store = await openStore({ dataDir: dir });
@@ -159,8 +175,12 @@ async function warmOne(config: Config, dir: string, from: number, to: number): P
   let gateway: Gateway | undefined;
   let ok = 0;
   try {
-    const settings = {
-      ...readSettings({}), upstreamKeyVars: { SLUICE_UPSTREAM_KEY_WARMUP: UPSTREAM_KEY }, usageRefreshMs: 0, reconcilePollMs: 0, dataDir: dir,
+    // The deployment's own settings (its trusted proxies, timeouts and connection caps take the
+    // same paths), but this gateway's key, store and directory, and none of ring 1's loops.
+    const settings: Settings = {
+      ...deployment, upstreamKeyVars: { SLUICE_UPSTREAM_KEY_WARMUP: UPSTREAM_KEY }, usageRefreshMs: 0, reconcilePollMs: 0, dataDir: dir,
+      maxPerAddress: deployment.maxPerAddress === 0 ? 0 : Math.max(deployment.maxPerAddress, 2 * PARALLEL),
+      maxConnections: deployment.maxConnections === 0 ? 0 : Math.max(deployment.maxConnections, 2 * PARALLEL),
     };
     const key = generateKey(PROFILE);
     await store.createKey({
