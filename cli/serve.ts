@@ -58,7 +58,7 @@ export async function serve(opts: { config?: string; listen?: string; env?: Node
   // Ready means warm: the hot path runs ~1,000 times before the first client's request does.
   if (settings.warmupRequests > 0) {
     try {
-      log.info({ ...(await warmUp(settings.warmupRequests)) }, 'warmed up');
+      log.info({ ...(await warmUp(settings.warmupRequests, settings)) }, 'warmed up');
     } catch (err) {
       log.warn({ err }, 'warm-up failed: taking traffic cold');
     }
@@ -95,12 +95,12 @@ export async function serve(opts: { config?: string; listen?: string; env?: Node
       // The listening handle goes at once, inside close(); the rest of the drain runs on.
       // The counts so far go to a process already running beside this one (or the next to start)
       // as the drain begins, again once it has told every connection to close, and at the end.
-      const drained = gateway.close(opts.graceMs ?? settings.shutdownGraceMs, () => carry?.write());
+      const drained = gateway.close(opts.graceMs ?? settings.shutdownGraceMs, () => void carry?.write());
       log.info({ signal }, 'draining: no new connections; open streams may finish');
-      carry?.write();
+      void carry?.write();
       await drained;
-      // And what the drain counted after.
-      carry?.write();
+      // And what the drain counted after (once the writes before it are on disk too).
+      await carry?.write();
       carry?.close();
       await counters.close();
       await store.close();

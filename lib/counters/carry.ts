@@ -8,7 +8,8 @@
 // Nothing here throws into the process: a missing file is normal, a bad one or a failing watcher
 // is logged (once) and ignored, a failed write is logged.
 
-import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, watch as fsWatch, writeSync } from 'node:fs';
+import { mkdirSync, readFileSync, statSync, watch as fsWatch, type BigIntStats } from 'node:fs';
+import { open, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { CountersSnapshot, MemoryCounters } from './memory.ts';
@@ -56,6 +57,10 @@ export function parseSnapshot(text: string): CountersSnapshot | string {
   return s as unknown as CountersSnapshot;
 }
 
+function sameFile(a: BigIntStats, b: BigIntStats | undefined): boolean {
+  return b !== undefined && a.ino === b.ino && a.size === b.size && a.mtimeNs === b.mtimeNs && a.ctimeNs === b.ctimeNs;
+}
+
 export class CounterCarry {
   private readonly counters: MemoryCounters;
   private readonly file: string;
@@ -71,6 +76,13 @@ export class CounterCarry {
   private seq = 0;
   private watcher: DirWatcher | undefined;
   private readonly warned = new Set<string>();
+  /** The writes not yet on disk, one after another: each resolves when the file is renamed into place (or failed). */
+  private writing: Promise<void> = Promise.resolve();
+  private pendingWrites = 0;
+  /** A change seen while this process was writing: polled once the write is done (it may be that write's own rename). */
+  private pollWhenWritten = false;
+  /** The file as this process last wrote or read it: an event for the same file (its own rename, a second event of one) reads nothing. */
+  private seen: BigIntStats | undefined;
 
   /**
    * `pid` names this process's snapshots (default process.pid; tests play several processes in
@@ -87,6 +99,7 @@ export class CounterCarry {
 
   /** At start-up, before traffic: takes the counts of the last snapshot written, if any. */
   load(): void {
+    this.seen = this.stat();
     const snap = this.read();
     if (snap === undefined) {
       this.log.info({ windows: 0, entries: 0 }, 'no counters carried over from a previous process');
@@ -123,6 +136,13 @@ export class CounterCarry {
    * since start-up, the snapshot read then (the other process's counts started from it too).
    */
   poll(): void {
+    if (this.pendingWrites > 0) {
+      this.pollWhenWritten = true;
+      return;
+    }
+    const st = this.stat();
+    if (st === undefined || sameFile(st, this.seen)) return;
+    this.seen = st;
     const snap = this.read();
     if (snap === undefined || snap.pid === this.pid) return;
     const last = this.last.get(snap.pid);
@@ -132,36 +152,70 @@ export class CounterCarry {
     this.log.info({ from: snap.pid, seq: snap.seq, ...absorbed }, 'counters merged from the previous process');
   }
 
-  /** Writes this process's counts now (the drain's start, the spread's end, the exit). A failure is logged. */
-  write(): void {
-    const tmp = `${this.file}.${this.pid}.tmp`;
+  /**
+   * Writes this process's counts as they are now (the drain's start, the spread's end, the exit).
+   * The snapshot is taken at once; the file is written, synced and renamed off the event loop, so
+   * the responses still being sent do not wait for the disk. Resolves once it is in place, after
+   * any earlier write; never rejects (a failure is logged).
+   */
+  write(): Promise<void> {
+    let text: string;
     try {
       const snap = this.counters.snapshot();
       snap.pid = this.pid;
       snap.seq = this.seq = this.seq + 1;
-      mkdirSync(this.dir, { recursive: true, mode: 0o700 });
-      rmSync(tmp, { force: true });
-      const fd = openSync(tmp, 'wx', 0o600);
-      try {
-        writeSync(fd, JSON.stringify(snap));
-        fsyncSync(fd);
-      } finally {
-        closeSync(fd);
-      }
-      renameSync(tmp, this.file);
+      text = JSON.stringify(snap);
     } catch (err) {
       this.log.error({ err, file: this.file }, 'the counters could not be written for the next process');
+      return this.writing;
+    }
+    this.pendingWrites++;
+    this.writing = this.writing.then(() => this.writeFile(text)).finally(() => {
+      if (--this.pendingWrites > 0 || !this.pollWhenWritten) return;
+      this.pollWhenWritten = false;
       try {
-        rmSync(tmp, { force: true });
-      } catch {
-        // Nothing more to do: the next write removes it first.
+        this.poll();
+      } catch (err) {
+        this.warnOnce('poll', err, 'merging counters from another process failed');
       }
+    });
+    return this.writing;
+  }
+
+  private async writeFile(text: string): Promise<void> {
+    const tmp = `${this.file}.${this.pid}.tmp`;
+    try {
+      mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+      await rm(tmp, { force: true });
+      const fh = await open(tmp, 'wx', 0o600);
+      try {
+        await fh.writeFile(text);
+        await fh.sync();
+      } finally {
+        await fh.close();
+      }
+      await rename(tmp, this.file);
+      this.seen = this.stat();
+    } catch (err) {
+      this.log.error({ err, file: this.file }, 'the counters could not be written for the next process');
+      await rm(tmp, { force: true }).catch(() => {
+        // Nothing more to do: the next write removes it first.
+      });
     }
   }
 
   close(): void {
     this.watcher?.close();
     this.watcher = undefined;
+  }
+
+  /** The file's identity (inode, size, change time to the nanosecond); undefined when there is none. */
+  private stat(): BigIntStats | undefined {
+    try {
+      return statSync(this.file, { bigint: true, throwIfNoEntry: false });
+    } catch {
+      return undefined; // read() says why, if it fails too
+    }
   }
 
   /** The file's snapshot; undefined when there is none (normal) or it is unreadable (warned once). */
