@@ -24,7 +24,7 @@ import type { Counters } from './counters/counters.ts';
 import type { Deps } from './deps.ts';
 import { createHandler, routeTable, type Closes } from './handler.ts';
 import { KeyCache } from './key-cache.ts';
-import { closeAfterResponse, closesAll, DRAIN_IDLE_MS, DRAIN_SPREAD_MS, pause, spreadSchedule, untilIdle, type HttpSocket } from './lifecycle/drain.ts';
+import { closeAfterResponse, closesAll, DRAIN_IDLE_MS, DRAIN_SPREAD_MS, pause, spreadSteps, untilIdle, type HttpSocket } from './lifecycle/drain.ts';
 import { createProxy } from './proxy/index.ts';
 import { Recorder } from './recorder.ts';
 import { upstreamKeysOf, type Settings } from './settings.ts';
@@ -190,13 +190,13 @@ export async function createGateway(opts: GatewayOptions) {
       handler.drain(closes);
       closeAfterResponse(server.sockets, closes);
     };
-    const spread = spreadSchedule(server.sockets, now(), drainSpreadMs, now);
+    const spread = spreadSteps(server.sockets.size, now(), drainSpreadMs, now);
     tell(spread.closes);
     // The spread and the idle time after it fit in the grace, the spread giving way: a grace
     // shorter than the idle time tells every connection at once, as before the spread. The idle
     // time does not give way: closing idle connections sooner races the requests on their way.
     const left = () => Math.max(0, graceMs - (performance.now() - began));
-    await pause(Math.min(spread.lastDueMs, Math.max(0, left() - drainIdleMs)), hurried);
+    await pause(Math.min(spread.lastStepMs, Math.max(0, left() - drainIdleMs)), hurried);
     tell(closesAll);
     toldAll();
     await reconcileStopped;

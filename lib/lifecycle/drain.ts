@@ -2,8 +2,8 @@
 // connection is told `connection: close` when, and the waits between the steps. A draining process
 // does not tell every connection at once: its clients would all reconnect in the same few
 // milliseconds, and the process taking over would meet them in one burst while the draining one
-// still answers its last request on each. It spreads them over DRAIN_SPREAD_MS instead, oldest
-// connection first, the way Envoy's gradual drain does; then every response says it, and a
+// still answers its last request on each. It spreads them over DRAIN_SPREAD_MS instead, one
+// connection a step, the way Envoy's gradual drain does; then every response says it, and a
 // connection left idle is closed after DRAIN_IDLE_MS.
 
 import type { ServerResponse } from 'node:http';
@@ -11,10 +11,11 @@ import type { Socket } from 'node:net';
 import type { Closes } from '../handler.ts';
 
 /**
- * How long a draining process spreads the `connection: close` of the connections it had open: the
- * i-th of n (oldest first) is told from i/n of it on. A second spreads a front proxy's hundred
- * connections 10 ms apart; under 700 requests a second over 32 connections the new process's
- * first 20 requests took a median 2.8× the steady p50 instead of 14× (docs/benchmarks.md).
+ * How long a draining process spreads the `connection: close` of the connections it had open: n
+ * of them get n steps of it, and in each step the first connection to answer a request is told.
+ * A second spreads a front proxy's hundred connections 10 ms apart; under 700 requests a second
+ * over 32 connections the new process's first 20 requests took a median 2.8× the steady p50
+ * instead of 14× (docs/benchmarks.md).
  */
 export const DRAIN_SPREAD_MS = 1_000;
 
@@ -34,19 +35,29 @@ export type HttpSocket = Socket & { _httpMessage?: ServerResponse | null };
 export const closesAll: Closes = () => true;
 
 /**
- * The spread's schedule over the connections open when the drain begins (a Set keeps them in the
- * order they were accepted): the i-th of n is due at `startMs + spreadMs * i / n`, by `now`'s clock.
- * `lastDueMs` is how long after the start the last one is due (0 for a single connection). A
- * connection not in the schedule (none can be accepted once the listening handle is gone) is due.
+ * The spread over `count` connections (those open when the drain begins): `spreadMs` is cut into
+ * `count` steps from `startMs`, by `now`'s clock, and in each step the first connection asked about
+ * (the first to answer a request) is told; a step in which none is passes unused. A connection told
+ * stays told. One a step, not one due per step: a client's pool sends its next request on its next
+ * connection when the one told is reconnecting, and that one, due too, would be told in turn, and
+ * the next: a whole pool moving at once, the burst the spread is there to avoid (bench:handover).
+ * `lastStepMs` is when the last step begins (0 for a single connection or no spread).
  */
-export function spreadSchedule(sockets: Iterable<Socket>, startMs: number, spreadMs: number, now: () => number): { closes: Closes; lastDueMs: number } {
-  const dueAt = new WeakMap<Socket, number>();
-  const all = [...sockets];
-  const step = all.length > 0 ? spreadMs / all.length : 0;
-  all.forEach((socket, i) => dueAt.set(socket, startMs + step * i));
+export function spreadSteps(count: number, startMs: number, spreadMs: number, now: () => number): { closes: Closes; lastStepMs: number } {
+  if (count <= 1 || spreadMs <= 0) return { closes: closesAll, lastStepMs: 0 };
+  const step = spreadMs / count;
+  const told = new WeakSet<Socket>();
+  let lastStep = -1;
   return {
-    closes: (socket) => now() >= (dueAt.get(socket) ?? -Infinity),
-    lastDueMs: step * Math.max(0, all.length - 1),
+    closes(socket) {
+      if (told.has(socket)) return true;
+      const current = Math.floor((now() - startMs) / step);
+      if (current <= lastStep) return false;
+      lastStep = current;
+      told.add(socket);
+      return true;
+    },
+    lastStepMs: step * (count - 1),
   };
 }
 

@@ -1,8 +1,7 @@
 // The soft drain (lib/server.ts close), in-process over real connections: once it begins, a new
 // connection is refused (the listening handle is gone) but a request on a connection already open
 // is still answered, with `connection: close`, and the connection then closes; the connections are
-// told one after another over the spread, oldest first, by the gateway's clock, and every one once
-// the spread is over; a response whose head was still to be written says `connection: close`; an
+// told one a step over the spread, by the gateway's clock, and every one once the spread is over; a response whose head was still to be written says `connection: close`; an
 // idle connection is closed once the drain's idle time is over, not at once; an open stream runs to
 // its last event and its row, and close() resolves only after it. Every wait is for an event (a
 // socket's close, the simulated router seeing the request, a chunk, the spread's end), the spread's
@@ -85,25 +84,24 @@ t.test('a request on an open connection during the drain is answered with connec
   c.agent.destroy();
 });
 
-t.test('the spread tells the open connections one after another, oldest first, by the gateway clock', async (t) => {
+t.test('the spread tells one connection a step, the first to answer in it, by the gateway clock', async (t) => {
   const h = await startHarness(t, { drainSpreadMs: 60_000, drainIdleMs: 60_000 });
   const key = await h.key();
-  const [a, b, c] = [connection(h), connection(h), connection(h)];
-  for (const x of [a, b, c]) t.equal((await x.send(key)).connection, 'keep-alive'); // accepted in this order
+  const [a, b, c] = await opened(h, key, 3);
   let told = false;
   // A grace of 120 s leaves room for the spread and the 60 s idle time after it.
   const closing = h.gateway.close(120_000, () => (told = true));
-  // Three connections over 60 s: a is due at once, b after 20 s, c after 40 s.
-  t.equal((await a.send(key)).connection, 'close', 'the oldest is told at once');
-  t.equal((await b.send(key)).connection, 'keep-alive', 'the second is not due yet');
-  t.equal((await c.send(key)).connection, 'keep-alive', 'nor the third');
+  // Three connections over 60 s: steps at 0, 20 and 40 s.
+  t.equal((await c.send(key)).connection, 'close', 'the first to answer in the first step is told, though the youngest');
+  t.equal((await a.send(key)).connection, 'keep-alive', 'one a step: the others wait');
+  t.equal((await b.send(key)).connection, 'keep-alive', 'both of them');
   h.clock.now += 20_000;
   const bSocket = b.socket;
-  t.equal((await b.send(key)).connection, 'close', 'the second is told once its time comes');
-  t.equal((await c.send(key)).connection, 'keep-alive', 'the third still is not');
+  t.equal((await b.send(key)).connection, 'close', 'the second step tells the next to answer');
+  t.equal((await a.send(key)).connection, 'keep-alive', 'and only it');
   if (!bSocket.closed) await once(bSocket, 'close');
   h.clock.now += 20_000;
-  t.equal((await c.send(key)).connection, 'close', 'the third is told at 40 s');
+  t.equal((await a.send(key)).connection, 'close', 'the third is told at 40 s');
   t.equal(told, false, 'the spread runs on its own timer: not over yet');
   h.gateway.hurry();
   await closing;
@@ -112,23 +110,28 @@ t.test('the spread tells the open connections one after another, oldest first, b
 });
 
 t.test('once the spread is over every response says connection: close, those still to be written included', async (t) => {
-  // Two connections over 100 ms: the second is due at 50 ms by the schedule, but the harness clock
-  // stands still, so only the spread's end can tell it. Its response still to be written when the
-  // spread ends is told then; a second signal ends it before the router answers (a 503).
+  // Two connections over 100 ms, each with a response still to be written when the drain begins:
+  // the first takes the first step; the second step begins at 50 ms, but the harness clock stands
+  // still, so only the spread's end can tell the second. A second signal then ends both before
+  // the router answers (a 503 each).
   const h = await startHarness(t, { drainSpreadMs: 100, drainIdleMs: 60_000 });
   const key = await h.key();
   const [a, b] = await opened(h, key, 2);
-  const seen = once(h.sim.events, 'request');
-  const pending = b.send(key, { sim: 'delay-ms=60000' });
-  await seen;
+  const pending = [];
+  for (const x of [a, b]) {
+    const seen = once(h.sim.events, 'request');
+    pending.push(x.send(key, { sim: 'delay-ms=60000' }));
+    await seen;
+  }
   let toldAll!: () => void;
   const told = new Promise<void>((resolve) => (toldAll = resolve));
   const closing = h.gateway.close(120_000, () => toldAll());
   await told;
   h.gateway.hurry();
-  const r = await pending;
-  t.equal(r.status, 503, 'the second signal ended it before its head');
-  t.equal(r.connection, 'close', 'told at the spread\'s end, though not due by the schedule');
+  const [ra, r] = await Promise.all(pending);
+  t.equal(ra!.connection, 'close', 'the first told in the first step');
+  t.equal(r!.status, 503, 'the second signal ended it before its head');
+  t.equal(r!.connection, 'close', 'the second told at the spread\'s end, its step not begun');
   await closing;
   for (const x of [a, b]) x.agent.destroy();
 });
