@@ -29,6 +29,9 @@ const PROFILE = 'warmup';
 const UPSTREAM_KEY = 'sk-or-v1-warmup';
 /** Requests in flight at once during the warm-up. */
 const PARALLEL = 8;
+/** The throwaway gateways' drain: a spread of a few steps, then no idle time, within this grace. */
+const DRAIN_SPREAD_MS = 20;
+const DRAIN_GRACE_MS = 5_000;
 /**
  * One request in this many closes its connection, so the next opens a new one: a handover moves
  * every client connection to the new process at once, and accepting them is hot path too.
@@ -166,6 +169,24 @@ export async function warmUp(requests: number, deployment: Settings): Promise<{ 
   return { ok, ms: Math.round(performance.now() - started) };
 }
 
+/**
+ * The drain's path, run while requests come in: a draining process tells its connections
+ * `connection: close` (its request listener's other branch, setHeader, node's closing of a kept-alive
+ * connection after the response, the spread's steps). Code no request ran before is compiled without
+ * it, and a real drain would throw it away and compile it again (--trace-deopt) at the moment the
+ * old process still carries its full load and the new one takes its first requests, both on the same
+ * cores. Requests in flight as the drain begins, then one more on each connection still open; those
+ * on a connection already closed are refused (the listening handle is gone), as they would be.
+ */
+async function drainAnswering(gateway: Gateway, agent: http.Agent, port: number, key: string, first: number): Promise<void> {
+  const round = (at: number) => Promise.all(Array.from({ length: PARALLEL }, (_, k) => send(agent, port, key, at + k, false).catch(() => {})));
+  const during = round(first);
+  const closing = gateway.close(DRAIN_GRACE_MS);
+  await during;
+  await round(first + PARALLEL);
+  await closing;
+}
+
 /** Requests `from` to `to` (not included) through a gateway of their own; how many were answered 200. */
 async function warmOne(config: Config, deployment: Settings, dir: string, from: number, to: number): Promise<number> {
   mkdirSync(dir);
@@ -187,7 +208,7 @@ async function warmOne(config: Config, deployment: Settings, dir: string, from: 
       key_hash: hashKey(key), prefix: displayPrefix(PROFILE, parseKey(key)!.token), profile: PROFILE, name: 'warm-up',
       ip_allow: '', created_at: new Date().toISOString(), expires_at: null,
     });
-    gateway = await createGateway({ config, store, counters, log: createLogger('silent'), settings, dataDir: dir, drainSpreadMs: 0, drainIdleMs: 0 });
+    gateway = await createGateway({ config, store, counters, log: createLogger('silent'), settings, dataDir: dir, drainSpreadMs: DRAIN_SPREAD_MS, drainIdleMs: 0 });
     const { port } = await gateway.listen('127.0.0.1', 0);
     let next = from;
     const worker = async () => {
@@ -202,6 +223,7 @@ async function warmOne(config: Config, deployment: Settings, dir: string, from: 
       }
     };
     await Promise.all(Array.from({ length: PARALLEL }, worker));
+    await drainAnswering(gateway, agent, port, key, to);
   } finally {
     agent.destroy();
     await gateway?.close(0);
