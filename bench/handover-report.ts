@@ -141,6 +141,8 @@ export function judge(run: HandoverRun, o: { beforeMs: number; afterMs: number; 
 }
 
 const f = (ms: number) => (Number.isFinite(ms) ? `${ms.toFixed(1)} ms` : '–');
+/** Two decimals where a bar compares them: a ratio of 1.2 is decided below a tenth of a millisecond. */
+const f2 = (ms: number) => (Number.isFinite(ms) ? `${ms.toFixed(2)} ms` : '–');
 const w = (x: Window) => `n=${x.n} p50 ${f(x.p50)} p99 ${f(x.p99)}`;
 
 /** The judgement as text: the checks, then per handover the figures and the two latency bars of the acceptance test (ops-anchors 2c). */
@@ -157,7 +159,7 @@ export function formatReport(run: HandoverRun, j: Judgement): string {
     out.push(`  first on its first 20 conns ${w(x.firstOnConn)}`);
     const p99Bar = x.after.p99 <= x.before.p99 + 1;
     const p50Bar = x.first20.n === 20 && x.first20.p50 <= 1.2 * x.before.p50;
-    out.push(`  bar: p99 after ≤ p99 before + 1 ms: ${p99Bar ? 'met' : 'missed'}; first 20 p50 ≤ 1.2 × steady p50 (${f(x.before.p50)}): ${p50Bar ? 'met' : 'missed'}`);
+    out.push(`  bar: p99 after ≤ p99 before + 1 ms (${f2(x.after.p99)} against ${f2(x.before.p99)}): ${p99Bar ? 'met' : 'missed'}; first 20 p50 ≤ 1.2 × steady p50 (${f2(x.first20.p50)} against ${f2(x.before.p50)}, ${(x.first20.p50 / x.before.p50).toFixed(2)}×): ${p50Bar ? 'met' : 'missed'}`);
   }
   return out.join('\n');
 }
