@@ -9,6 +9,8 @@
 // the requests a new generation served from those of the one draining.
 
 import diagnostics from 'node:diagnostics_channel';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { Pool } from 'undici';
 import { streamCall, streamEnding, streamRequest, sseEvents, type StreamResult } from './stream-client.ts';
 
@@ -96,6 +98,39 @@ export async function reference(routerOrigin: string, upstreamKey: string, sim: 
 
 const header = (v: string | string[] | undefined): string => (Array.isArray(v) ? v[0] ?? '' : v ?? '');
 
+/** Requests through serverCloses: enough for V8 to compile undici's path for a server's close. */
+const SERVER_CLOSES_REQUESTS = 2_000;
+
+/**
+ * Runs this process's undici through a server that ends connections itself: `requests` over a pool
+ * of `connections` to a throwaway local server answering every other request `connection: close`.
+ * A draining sluice closes connections that way, which undici handles on another path than a
+ * close the request asked for (Traffic.reconnect's): left cold, that path was compiled at the
+ * first handover, in this process, and counted against the new generation's first requests.
+ */
+async function serverCloses(connections: number, requests: number): Promise<void> {
+  let n = 0;
+  const server = http.createServer((req, res) => {
+    req.resume();
+    req.once('end', () => {
+      if (n++ % 2 === 0) res.setHeader('connection', 'close');
+      res.end('{}');
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const pool = new Pool(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, { connections, pipelining: 1 });
+  try {
+    await Promise.all(Array.from({ length: requests }, async () => {
+      const res = await pool.request({ path: '/', method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
+      await res.body.text();
+    }));
+  } finally {
+    await pool.close();
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+}
+
 export class Traffic {
   readonly samples: Sample[] = [];
   shed = 0;
@@ -165,6 +200,7 @@ export class Traffic {
     for (let r = 0; r < rounds; r++) {
       await Promise.all(Array.from({ length: this.o.connections }, () => this.chat(performance.now(), true, true)));
     }
+    await serverCloses(this.o.connections, SERVER_CLOSES_REQUESTS);
   }
 
   /** Stops the schedules and waits for every request still in flight, long streams included (once). */

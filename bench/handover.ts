@@ -8,6 +8,11 @@
 // generation's first 20 requests' p50 against the steady p50; exits 1 when a check fails.
 // HANDOVER_CONTROL=serial|hurry|kill runs a negative control (bench/handover-scenario.ts).
 // Every process and temporary directory goes through bench/children.ts, removed on exit and on a signal.
+// npm runs it with --initial-old-space-size=1024 --no-memory-reducer: the load keeps every
+// request's sample (200,000 and more), and its own major collections, which grew to pauses and
+// steps of 6 to 14 ms as they did, each made 30 to 80 requests late in whichever window it fell
+// (matched by --trace-gc): latency of this process, not of sluice's. Its heap now grows to the end
+// of the run without one (docs/benchmarks.md).
 
 import { formatReport, judge } from './handover-report.ts';
 import { controlFromEnv, runHandoverScenario } from './handover-scenario.ts';
