@@ -14,8 +14,8 @@ import type { Closes } from '../handler.ts';
  * How long a draining process spreads the `connection: close` of the connections it had open: n
  * of them get n steps of it, and in each step the first connection to answer a request is told.
  * A second spreads a front proxy's hundred connections 10 ms apart; under 700 requests a second
- * over 32 connections the new process's first 20 requests took a median 2.8× the steady p50
- * instead of 14× (docs/benchmarks.md).
+ * over 32 connections the new process's first 20 requests took 0.9 to 1.3× the steady p50 in the
+ * last runs on a quiet machine, against 7.7 to 19× told at once on a busier day (docs/benchmarks.md).
  */
 export const DRAIN_SPREAD_MS = 1_000;
 
