@@ -9,8 +9,7 @@
 // the handover benchmark's (bench/handover-load.ts, Traffic) in this process; the simulated router
 // runs in its own process.
 
-import { setTimeout as delay } from 'node:timers/promises';
-import { Traffic, type Sample } from './handover-load.ts';
+import { runLoad, type Sample } from './handover-load.ts';
 import { cleanup, log, startSim, startSluice } from './procs.ts';
 import { numberOption } from './settings.ts';
 import { percentile } from './stream-client.ts';
@@ -21,14 +20,8 @@ const SECONDS = numberOption('seconds', 3, 1);
 const CONNECTIONS = 32;
 
 /** Chat at `rate` for `seconds` over a new pool: every request's sample, in the order they were due; throws on any failure. */
-async function round(origin: string, key: string, rate: number, seconds: number): Promise<Sample[]> {
-  const traffic = new Traffic({ origin, key, chatRate: rate, connections: CONNECTIONS, shortRate: 0, longChunks: 0, maxInFlight: 100_000 });
-  traffic.start();
-  await delay(seconds * 1000);
-  await traffic.stop();
-  const failed = traffic.samples.filter((x) => x.status !== 200);
-  if (failed.length > 0) throw new Error(`${failed.length} requests failed (${failed[0]!.status} ${failed[0]!.error ?? ''})`);
-  return traffic.samples.sort((a, b) => a.at - b.at);
+function round(origin: string, key: string, rate: number, seconds: number): Promise<Sample[]> {
+  return runLoad({ origin, key, chatRate: rate, connections: CONNECTIONS, shortRate: 0, longChunks: 0, maxInFlight: 100_000 }, seconds);
 }
 
 const p50 = (xs: number[]) => percentile([...xs].sort((a, b) => a - b), 50);

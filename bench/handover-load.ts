@@ -98,6 +98,20 @@ export async function reference(routerOrigin: string, upstreamKey: string, sim: 
 
 const header = (v: string | string[] | undefined): string => (Array.isArray(v) ? v[0] ?? '' : v ?? '');
 
+/**
+ * The load alone for `seconds` (a new pool, as Traffic always opens): every request's sample in
+ * the order they were due. Throws when any was not answered 200.
+ */
+export async function runLoad(o: TrafficOptions, seconds: number): Promise<Sample[]> {
+  const traffic = new Traffic(o);
+  traffic.start();
+  await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+  await traffic.stop();
+  const failed = traffic.samples.filter((x) => x.status !== 200);
+  if (failed.length > 0) throw new Error(`${failed.length} requests failed (${failed[0]!.status} ${failed[0]!.error ?? ''})`);
+  return traffic.samples.sort((a, b) => a.at - b.at);
+}
+
 /** Requests through serverCloses: enough for V8 to compile undici's path for a server's close. */
 const SERVER_CLOSES_REQUESTS = 2_000;
 

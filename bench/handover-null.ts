@@ -7,8 +7,7 @@
 // machine where it is far from always, a missed bar says as much about the machine as about
 // the handover. Run it on the same machine, with the same flags as bench:handover (npm does).
 
-import { setTimeout as delay } from 'node:timers/promises';
-import { Traffic, type Sample } from './handover-load.ts';
+import { runLoad, type Sample } from './handover-load.ts';
 import { cleanup, log, startSim, startSluice } from './procs.ts';
 import { numberOption } from './settings.ts';
 import { percentile } from './stream-client.ts';
@@ -48,14 +47,9 @@ async function main(): Promise<void> {
   const sim = await startSim();
   const s = await startSluice(sim);
   log(`no handover: ${SECONDS} s of the handover's load on one sluice (pid ${s.pid})`);
-  const traffic = new Traffic({ origin: s.origin, key: s.key, chatRate: 700, connections: 32, shortRate: 20, longChunks: 0, maxInFlight: 100_000 });
-  traffic.start();
-  await delay(SECONDS * 1000);
-  await traffic.stop();
+  const samples = await runLoad({ origin: s.origin, key: s.key, chatRate: 700, connections: 32, shortRate: 20, longChunks: 0, maxInFlight: 100_000 }, SECONDS);
   await s.stop();
-  const failed = traffic.samples.filter((x) => x.status !== 200);
-  if (failed.length > 0) throw new Error(`${failed.length} requests failed (${failed[0]!.status} ${failed[0]!.error ?? ''})`);
-  const r = splits(traffic.samples.filter((x) => x.kind === 'chat').sort((a, b) => a.at - b.at));
+  const r = splits(samples.filter((x) => x.kind === 'chat'));
   process.stdout.write('\n| split at | p99 30 s before → 60 s after | ≤ +1 ms | next 20 p50 / p50 before | ≤ 1.2× |\n|---|---|---|---|---|\n');
   process.stdout.write(`${r.lines.join('\n')}\n\n`);
   process.stdout.write(`With no handover: the p99 bar met at ${r.p99Met} of ${r.n} split points, the first-20 bar at ${r.first20Met} of ${r.n}; `
