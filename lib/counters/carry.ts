@@ -9,7 +9,7 @@
 // is logged (once) and ignored, a failed write is logged.
 
 import { mkdirSync, readFileSync, statSync, watch as fsWatch, type BigIntStats } from 'node:fs';
-import { open, rename, rm } from 'node:fs/promises';
+import { mkdir, open, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { CountersSnapshot, MemoryCounters } from './memory.ts';
@@ -185,7 +185,7 @@ export class CounterCarry {
   private async writeFile(text: string): Promise<void> {
     const tmp = `${this.file}.${this.pid}.tmp`;
     try {
-      mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+      await mkdir(this.dir, { recursive: true, mode: 0o700 });
       await rm(tmp, { force: true });
       const fh = await open(tmp, 'wx', 0o600);
       try {

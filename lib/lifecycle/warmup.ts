@@ -187,6 +187,9 @@ async function drainAnswering(gateway: Gateway, agent: http.Agent, port: number,
   await closing;
 }
 
+/** A connection cap (0: none) raised, if need be, to let the warm-up's connections in. */
+const roomFor = (cap: number) => (cap === 0 ? 0 : Math.max(cap, 2 * PARALLEL));
+
 /** Requests `from` to `to` (not included) through a gateway of their own; how many were answered 200. */
 async function warmOne(config: Config, deployment: Settings, dir: string, from: number, to: number): Promise<number> {
   mkdirSync(dir);
@@ -200,8 +203,7 @@ async function warmOne(config: Config, deployment: Settings, dir: string, from: 
     // same paths), but this gateway's key, store and directory, and none of ring 1's loops.
     const settings: Settings = {
       ...deployment, upstreamKeyVars: { SLUICE_UPSTREAM_KEY_WARMUP: UPSTREAM_KEY }, usageRefreshMs: 0, reconcilePollMs: 0, dataDir: dir,
-      maxPerAddress: deployment.maxPerAddress === 0 ? 0 : Math.max(deployment.maxPerAddress, 2 * PARALLEL),
-      maxConnections: deployment.maxConnections === 0 ? 0 : Math.max(deployment.maxConnections, 2 * PARALLEL),
+      maxPerAddress: roomFor(deployment.maxPerAddress), maxConnections: roomFor(deployment.maxConnections),
     };
     const key = generateKey(PROFILE);
     await store.createKey({
